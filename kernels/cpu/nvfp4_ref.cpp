@@ -1,0 +1,111 @@
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/nvfp4.h"
+
+namespace shardq {
+
+std::array<float, kMaxMseCandidates> ScaleSearch::alphas() const {
+  std::array<float, kMaxMseCandidates> out{};
+  if (candidates == 1) {
+    out[0] = 1.0f;
+    return out;
+  }
+  const double step = (1.0 - alpha_min) / double(candidates - 1);
+  for (int k = 0; k < candidates; ++k) out[k] = float(alpha_min + double(k) * step);
+  return out;
+}
+
+void BlockStats::merge(const BlockStats& other) {
+  blocks += other.blocks;
+  zero_blocks += other.zero_blocks;
+  scale_underflows += other.scale_underflows;
+  for (size_t k = 0; k < candidate_wins.size(); ++k) candidate_wins[k] += other.candidate_wins[k];
+  error_sq += other.error_sq;
+  reference_sq += other.reference_sq;
+}
+
+uint8_t nvfp4_scale_code(float unclamped_scale) {
+  if (unclamped_scale == 0.0f) return e4m3_from_float(1.0f);
+  return e4m3_from_float(std::clamp(unclamped_scale, Nvfp4::min_scale, Nvfp4::max_scale));
+}
+
+void quantize_block_nvfp4(const float* x, uint8_t scale_code, float global_scale, uint8_t* nibbles) {
+  // Divide by the ROUNDED scale times the global (ModelOpt), never by a reciprocal.
+  const float divisor = e4m3_to_float(scale_code) * global_scale;
+  for (int i = 0; i < Nvfp4::block; ++i) nibbles[i] = e2m1_from_float(x[i] / divisor);
+}
+
+double block_error_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_code, float global_scale) {
+  double error = 0.0;
+  for (int i = 0; i < Nvfp4::block; ++i) {
+    const double diff = double(dequantize_nvfp4(nibbles[i], scale_code, global_scale)) - double(x[i]);
+    error += diff * diff;
+  }
+  return error;
+}
+
+static float block_amax(const float* x) {
+  float amax = 0.0f;
+  for (int i = 0; i < Nvfp4::block; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return amax;
+}
+
+uint8_t choose_and_quantize_block_nvfp4(const float* x, float global_scale, const ScaleSearch& search,
+                                        uint8_t* nibbles, BlockStats& stats) {
+  const float amax = block_amax(x);
+  const float scale_divisor = E2M1::max * global_scale;
+  ++stats.blocks;
+  if (amax == 0.0f) ++stats.zero_blocks;
+  else if (amax / scale_divisor < Nvfp4::min_scale) ++stats.scale_underflows;
+
+  const auto alphas = search.alphas();
+  uint8_t best_code = 0;
+  double best_error = 0.0;
+  int best_k = -1;
+  uint8_t trial[Nvfp4::block];
+  // Walk from the largest alpha down so that an exact tie keeps the larger alpha.
+  for (int k = search.candidates - 1; k >= 0; --k) {
+    const uint8_t code = nvfp4_scale_code((alphas[k] * amax) / scale_divisor);
+    if (best_k >= 0 && code == best_code) continue;
+    quantize_block_nvfp4(x, code, global_scale, trial);
+    const double error = search.candidates == 1 ? 0.0 : block_error_nvfp4(x, trial, code, global_scale);
+    if (best_k < 0 || error < best_error) {
+      best_k = k;
+      best_code = code;
+      best_error = error;
+      std::copy(trial, trial + Nvfp4::block, nibbles);
+    }
+  }
+  ++stats.candidate_wins[best_k];
+  return best_code;
+}
+
+void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const ScaleSearch& search,
+                            uint8_t* packed, uint8_t* scales, BlockStats& stats) {
+  uint8_t nibbles[Nvfp4::block];
+  for (int b = 0; b < cols / Nvfp4::block; ++b) {
+    const float* block = x + b * Nvfp4::block;
+    scales[b] = choose_and_quantize_block_nvfp4(block, global_scale, search, nibbles, stats);
+    for (int i = 0; i < Nvfp4::block; i += 2) packed[(b * Nvfp4::block + i) / 2] = pack_e2m1x2(nibbles[i], nibbles[i + 1]);
+    for (int i = 0; i < Nvfp4::block; ++i) {
+      const double deq = dequantize_nvfp4(nibbles[i], scales[b], global_scale);
+      stats.error_sq += (deq - double(block[i])) * (deq - double(block[i]));
+      stats.reference_sq += double(block[i]) * double(block[i]);
+    }
+  }
+}
+
+void dequantize_row_nvfp4(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out) {
+  for (int i = 0; i < cols; ++i) {
+    const uint8_t byte = packed[i / 2];
+    const uint8_t nibble = (i & 1) ? uint8_t(byte >> 4) : uint8_t(byte & 0xF);
+    out[i] = dequantize_nvfp4(nibble, scales[i / Nvfp4::block], global_scale);
+  }
+}
+
+void dequantize_row_fp8_e8m0_32(const uint8_t* codes, const uint8_t* scales, int cols, float* out) {
+  for (int i = 0; i < cols; ++i) out[i] = e4m3_to_float(codes[i]) * e8m0_to_float(scales[i / 32]);
+}
+
+} // namespace shardq

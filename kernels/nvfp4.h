@@ -1,0 +1,62 @@
+// NVFP4 row kernels: block scales (amax rule and the MSE search), E2M1 codes, stats.
+// quantize_row_nvfp4_ref is the spec; every fast path is tested bit for bit against it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "kernels/formats.h"
+
+namespace shardq {
+
+inline constexpr int kMaxMseCandidates = 16;
+
+// How a block scale is chosen.
+struct ScaleSearch {
+  int candidates = 1;        // 1 = the amax rule (RTN); 8 = the seed's MSE search
+  double alpha_min = 0.75;   // candidates alpha_k = alpha_min + k * (1 - alpha_min) / (n - 1)
+  // Candidate multipliers rounded once to fp32 (alpha of the last one is exactly 1).
+  std::array<float, kMaxMseCandidates> alphas() const;
+};
+
+// Counters every kernel keeps; summed over chunks in chunk order by the pipeline.
+struct BlockStats {
+  uint64_t blocks = 0;
+  uint64_t zero_blocks = 0;
+  uint64_t scale_underflows = 0; // non-zero block whose unclamped amax scale < 2^-9
+  std::array<uint64_t, kMaxMseCandidates> candidate_wins{};
+  double error_sq = 0.0;         // sum (deq - x)^2 in fp64
+  double reference_sq = 0.0;     // sum x^2 in fp64
+  void merge(const BlockStats& other);
+};
+
+// E4M3 code of a block scale: zero block -> 1.0, clamp to [2^-9, 448], RNE.
+uint8_t nvfp4_scale_code(float unclamped_scale);
+
+// Quantize one block of 16 with a given scale code; writes 16 unpacked nibbles.
+void quantize_block_nvfp4(const float* x, uint8_t scale_code, float global_scale, uint8_t* nibbles);
+
+// Squared error of 16 nibbles against x, each term (double(deq) - double(x))^2 in fp64.
+double block_error_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_code, float global_scale);
+
+// Dequantized value of one element: (e2m1 * scale) * global, one rounding.
+inline float dequantize_nvfp4(uint8_t nibble, uint8_t scale_code, float global_scale) {
+  return e2m1_to_float(nibble) * e4m3_to_float(scale_code) * global_scale;
+}
+
+// Choose the scale of one block (amax rule or MSE search) and quantize it: the block
+// primitive that whole-row kernels and GPTQ (at each group start) share.
+uint8_t choose_and_quantize_block_nvfp4(const float* x, float global_scale, const ScaleSearch& search,
+                                        uint8_t* nibbles, BlockStats& stats);
+
+// One row of `cols` values (cols % 16 == 0): packed codes (cols/2 bytes, low nibble =
+// even element), E4M3 scales (cols/16 bytes), stats accumulated.
+void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const ScaleSearch& search,
+                            uint8_t* packed, uint8_t* scales, BlockStats& stats);
+
+void dequantize_row_nvfp4(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out);
+
+// Source rows: E4M3 values with one E8M0 scale per 32 (the DeepSeek FP8 row format).
+void dequantize_row_fp8_e8m0_32(const uint8_t* codes, const uint8_t* scales, int cols, float* out);
+
+} // namespace shardq

@@ -1,0 +1,59 @@
+// The CLI contract (DESIGN.md "CLI"): one function per subcommand, each in its own file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardq {
+
+// Exit codes shared by every command and the scripts that call them.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitInterrupted = 75; // EX_TEMPFAIL: checkpointed, resumable
+
+struct InspectArgs {
+  std::string file;
+};
+int cmd_inspect(const InspectArgs& args);
+
+struct FixtureArgs {
+  std::string preset = "dsv41-mini";
+  std::string out;
+  uint64_t engram_vocab = 0; // 0 = the preset's default
+  uint64_t seed = 1;
+};
+int cmd_fixture(const FixtureArgs& args);
+
+struct RunArgs {
+  std::string job_file;
+  std::string src, dst, checkpoint; // empty = from the job file
+  std::vector<std::string> overrides; // "section.key=value"
+  bool force = false;       // overwrite a complete output in dst
+  bool fresh = false;       // ignore (replace) an existing checkpoint
+  bool verify_done = false; // re-check chunks recorded done before skipping them
+};
+int cmd_run(const RunArgs& args);
+
+struct StatusArgs {
+  std::string checkpoint;
+};
+int cmd_status(const StatusArgs& args);
+
+struct VerifyArgs {
+  std::string src, dst, job_file;
+};
+int cmd_verify(const VerifyArgs& args);
+
+struct StudyArgs {
+  std::string src;
+  int layer = -1;
+  uint64_t sample = 4096;
+  std::string methods = "rtn,mse,gptq,gptq-mse";
+  std::string out = "study";
+  uint64_t seed = 1;
+};
+int cmd_study(const StudyArgs& args);
+
+} // namespace shardq

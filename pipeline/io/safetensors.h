@@ -1,0 +1,118 @@
+// safetensors shards: a validating pread-only Reader and a planned, pwrite-based Writer.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pipeline/io/io_error.h"
+
+namespace shardq::io {
+
+enum class Dtype {
+  BOOL, F4, F6_E2M3, F6_E3M2, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ,
+  I16, U16, F16, BF16, I32, U32, F32, C64, F64, I64, U64
+};
+
+std::optional<Dtype> parse_dtype(std::string_view name);
+std::string_view dtype_name(Dtype dtype);
+int dtype_bits(Dtype dtype);
+
+struct TensorInfo {
+  std::string name;
+  Dtype dtype;
+  std::vector<uint64_t> shape;
+  uint64_t begin = 0; // offsets relative to the data buffer, end exclusive
+  uint64_t end = 0;
+  uint64_t numel() const;
+  uint64_t rows() const { return shape.empty() ? 1 : shape[0]; }
+  uint64_t row_bytes() const; // bytes of one row (whole tensor for scalars)
+};
+
+// Opens a shard, validates its header completely (length cap 100 MB, JSON, known dtypes,
+// numel * bits / 8 == end - begin without overflow, contiguous from 0, file size) and reads
+// byte ranges with pread only.
+class Reader {
+ public:
+  explicit Reader(const std::filesystem::path& path);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; } // in offset order
+  const TensorInfo& tensor(std::string_view name) const;               // throws if absent
+  const TensorInfo* find(std::string_view name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  uint64_t data_offset() const { return data_offset_; } // absolute offset of the buffer
+  uint64_t file_size() const { return file_size_; }
+
+  // Rows [first_row, first_row + row_count) of a tensor into out (row_count * row_bytes).
+  void read_rows(const TensorInfo& tensor, uint64_t first_row, uint64_t row_count, std::span<uint8_t> out) const;
+  // Raw bytes at a data-buffer-relative offset.
+  void read_bytes(uint64_t buffer_offset, std::span<uint8_t> out) const;
+
+ private:
+  std::filesystem::path path_;
+  int fd_ = -1;
+  uint64_t file_size_ = 0;
+  uint64_t data_offset_ = 0;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Parses and validates a header (the bytes after the 8-byte length) against the file size;
+// the one entry point for untrusted headers, shared by Reader and the fuzzer.
+std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t header_length, uint64_t file_size,
+                                     const std::string& file_label, std::map<std::string, std::string>* metadata);
+
+struct TensorSpec {
+  std::string name;
+  Dtype dtype;
+  std::vector<uint64_t> shape;
+};
+
+// The whole layout is planned up front from (name, dtype, shape) in order; the header is
+// padded with spaces so the data buffer starts at a 4096-aligned offset. Bytes go in by
+// pwrite at planned offsets (any order, any thread); finish() fsyncs and renames
+// NAME.partial -> NAME and fsyncs the folder.
+class Writer {
+ public:
+  static constexpr uint64_t kAlignment = 4096;
+
+  Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> specs,
+         std::map<std::string, std::string> metadata = {});
+  ~Writer(); // closes; an unfinished .partial stays for resume, never renamed
+
+  // Plans the layout without touching the disk (sizes, offsets, header bytes).
+  static std::vector<TensorInfo> plan(const std::vector<TensorSpec>& specs, uint64_t* data_offset,
+                                      std::string* header, const std::map<std::string, std::string>& metadata);
+
+  const std::filesystem::path& partial_path() const { return partial_path_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo& tensor(std::string_view name) const;
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const;
+
+  // Opens NAME.partial: creates and sizes it (posix_fallocate where possible, else
+  // ftruncate), writes the header; with resume = true reuses an existing .partial.
+  void open(bool resume);
+  void write_rows(const TensorInfo& tensor, uint64_t first_row, std::span<const uint8_t> bytes);
+  void write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes);
+  void sync();   // fsync the data written so far; any error is fatal for the shard
+  void finish(); // sync, close (checked), rename to the final name, fsync the folder
+
+ private:
+  std::filesystem::path final_path_;
+  std::filesystem::path partial_path_;
+  std::vector<TensorInfo> tensors_;
+  std::string header_;
+  uint64_t data_offset_ = 0;
+  int fd_ = -1;
+};
+
+} // namespace shardq::io

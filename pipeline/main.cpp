@@ -1,0 +1,91 @@
+// shardq entry point: parses the CLI and turns any error into one line and an exit code.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "pipeline/commands.h"
+
+namespace {
+
+void add_inspect(CLI::App& app, shardq::InspectArgs& args) {
+  auto* sub = app.add_subcommand("inspect", "Print the tensor table of one shard");
+  sub->add_option("file", args.file, "safetensors shard")->required();
+}
+
+void add_fixture(CLI::App& app, shardq::FixtureArgs& args) {
+  auto* sub = app.add_subcommand("fixture", "Write a miniature DeepSeek-V4.1 checkpoint");
+  sub->add_option("--preset", args.preset, "dsv41-mini | dsv41-mini-ref-nvfp4");
+  sub->add_option("--out", args.out, "output folder")->required();
+  sub->add_option("--engram-vocab", args.engram_vocab, "engram_vocab_size (scales the tables)");
+  sub->add_option("--seed", args.seed, "random seed (same seed, same bytes)");
+}
+
+void add_run(CLI::App& app, shardq::RunArgs& args) {
+  auto* sub = app.add_subcommand("run", "Run a job (resumes from its checkpoint)");
+  sub->add_option("job", args.job_file, "job TOML file")->required();
+  sub->add_option("--src", args.src, "source checkpoint folder");
+  sub->add_option("--dst", args.dst, "output folder");
+  sub->add_option("--checkpoint", args.checkpoint, "checkpoint file");
+  sub->add_option("--set", args.overrides, "section.key=value override (repeatable)");
+  sub->add_flag("--force", args.force, "overwrite a complete output");
+  sub->add_flag("--fresh", args.fresh, "start over, discarding the checkpoint");
+  sub->add_flag("--verify-done", args.verify_done, "re-check finished chunks before skipping them");
+}
+
+void add_status(CLI::App& app, shardq::StatusArgs& args) {
+  auto* sub = app.add_subcommand("status", "Print a checkpoint's progress");
+  sub->add_option("checkpoint", args.checkpoint, "checkpoint.h5")->required();
+}
+
+void add_verify(CLI::App& app, shardq::VerifyArgs& args) {
+  auto* sub = app.add_subcommand("verify", "Audit an output against its source");
+  sub->add_option("--src", args.src)->required();
+  sub->add_option("--dst", args.dst)->required();
+  sub->add_option("job", args.job_file, "job TOML file");
+}
+
+void add_study(CLI::App& app, shardq::StudyArgs& args) {
+  auto* sub = app.add_subcommand("study", "Compare quantization methods on sampled Engram rows");
+  sub->add_option("--src", args.src)->required();
+  sub->add_option("--layer", args.layer)->required();
+  sub->add_option("--sample", args.sample);
+  sub->add_option("--methods", args.methods);
+  sub->add_option("--out", args.out, "output folder for study.json and study.png");
+  sub->add_option("--seed", args.seed);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shardq: streaming, resumable re-quantization of huge checkpoints"};
+  app.require_subcommand(1);
+  shardq::InspectArgs inspect;
+  shardq::FixtureArgs fixture;
+  shardq::RunArgs run;
+  shardq::StatusArgs status;
+  shardq::VerifyArgs verify;
+  shardq::StudyArgs study;
+  add_inspect(app, inspect);
+  add_fixture(app, fixture);
+  add_run(app, run);
+  add_status(app, status);
+  add_verify(app, verify);
+  add_study(app, study);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? shardq::kExitOk : shardq::kExitUsage;
+  }
+  try {
+    if (app.got_subcommand("inspect")) return shardq::cmd_inspect(inspect);
+    if (app.got_subcommand("fixture")) return shardq::cmd_fixture(fixture);
+    if (app.got_subcommand("run")) return shardq::cmd_run(run);
+    if (app.got_subcommand("status")) return shardq::cmd_status(status);
+    if (app.got_subcommand("verify")) return shardq::cmd_verify(verify);
+    if (app.got_subcommand("study")) return shardq::cmd_study(study);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardq: error: %s\n", e.what());
+    return shardq::kExitError;
+  }
+  return shardq::kExitUsage;
+}

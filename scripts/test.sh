@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds the release preset, runs every test through ctest,
+# then the asan preset's unit tests and a short fuzz run of the header parser.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+
+jobs=$(nproc)
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$jobs"
+ctest --preset release -j "$jobs" --output-on-failure
+
+if [ "${SHARDQ_SKIP_ASAN:-0}" != 1 ]; then
+  cmake --preset asan >/dev/null
+  cmake --build --preset asan -j "$jobs" --target shardq_unit_tests shardq
+  ctest --preset asan -j "$jobs" --output-on-failure
+fi
+
+if [ "${SHARDQ_SKIP_FUZZ:-0}" != 1 ]; then
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j "$jobs"
+  # A short run on every push; longer runs: see README "Fuzzing".
+  build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="${SHARDQ_FUZZ_SECONDS:-60}" \
+    -rss_limit_mb=2048 tests/fuzz/corpus
+fi
+echo "scripts/test.sh: all tests passed"
