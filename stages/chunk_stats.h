@@ -39,13 +39,17 @@ struct ChunkStats {
   ExactSum weighted_error_sq;     // sum ||W_c (x - deq)||^2 (undamped H_c)
   ExactSum weighted_reference_sq; // sum ||W_c x||^2
 
-  // One row's kernel counters and fp64 sums (the kernel's own order within the row).
+  // Integer counters of any number of rows: exact in any grouping.
+  void add_counters(const BlockStats& counted) {
+    blocks += counted.blocks;
+    zero_blocks += counted.zero_blocks;
+    scale_underflows += counted.scale_underflows;
+    for (size_t k = 0; k < candidate_wins.size(); ++k) candidate_wins[k] += counted.candidate_wins[k];
+  }
+  // One row's counters and fp64 sums (the kernel's own order within the row).
   void add_row(const BlockStats& row) {
     ++rows;
-    blocks += row.blocks;
-    zero_blocks += row.zero_blocks;
-    scale_underflows += row.scale_underflows;
-    for (size_t k = 0; k < candidate_wins.size(); ++k) candidate_wins[k] += row.candidate_wins[k];
+    add_counters(row);
     error_sq.add(row.error_sq);
     reference_sq.add(row.reference_sq);
   }

@@ -1,0 +1,143 @@
+#include "pipeline/job.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <toml++/toml.h>
+
+#include "pipeline/pipeline_error.h"
+
+namespace shardq {
+namespace {
+
+const std::vector<std::string> kKnownKeys = {
+    "job.recipe", "job.src", "job.dst",
+    "quant.method", "quant.mse_candidates", "quant.mse_alpha_min", "quant.gptq_damp", "quant.gptq_block",
+    "quant.input_scales_from", "quant.keep_mtp", "quant.ignore",
+    "run.rows_per_chunk", "run.backend", "run.write_mode", "run.checkpoint"};
+
+void check_known_keys(const toml::table& root, const std::string& file) {
+  for (const auto& [section, node] : root) {
+    const auto* table = node.as_table();
+    if (!table) throw PipelineError(fmt::format("{}: '{}' must be a [section]", file, section.str()));
+    for (const auto& [key, value] : *table) {
+      const std::string full = fmt::format("{}.{}", section.str(), key.str());
+      if (std::find(kKnownKeys.begin(), kKnownKeys.end(), full) == kKnownKeys.end()) {
+        throw PipelineError(fmt::format("{}: unknown key '{}'", file, full));
+      }
+    }
+  }
+}
+
+// "section.key=value": the value is parsed as a TOML value, or taken as a string.
+void apply_override(toml::table& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  const auto dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+    throw PipelineError(fmt::format("--set '{}': expected section.key=value", assignment));
+  }
+  const std::string section = assignment.substr(0, dot);
+  const std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  const std::string text = assignment.substr(eq + 1);
+  if (!root.contains(section)) root.insert(section, toml::table{});
+  auto& table = *root[section].as_table();
+  try {
+    auto parsed = toml::parse("v = " + text);
+    table.insert_or_assign(key, *parsed.get("v"));
+  } catch (const toml::parse_error&) {
+    table.insert_or_assign(key, text);
+  }
+}
+
+template <typename T>
+void read_key(const toml::table& root, const char* section, const char* key, T& out, const std::string& file) {
+  const auto node = root[section][key];
+  if (!node) return;
+  if constexpr (std::is_same_v<T, double>) {
+    if (auto v = node.template value<double>()) { out = *v; return; }
+  } else if (auto v = node.template value<T>()) {
+    out = *v;
+    return;
+  }
+  throw PipelineError(fmt::format("{}: key '{}.{}' has the wrong type", file, section, key));
+}
+
+void read_string_list(const toml::table& root, const char* section, const char* key, std::vector<std::string>& out,
+                      const std::string& file) {
+  const auto node = root[section][key];
+  if (!node) return;
+  const auto* array = node.as_array();
+  if (!array) throw PipelineError(fmt::format("{}: key '{}.{}' must be a list of strings", file, section, key));
+  out.clear();
+  for (const auto& item : *array) {
+    auto text = item.value<std::string>();
+    if (!text) throw PipelineError(fmt::format("{}: key '{}.{}' must be a list of strings", file, section, key));
+    out.push_back(*text);
+  }
+}
+
+void validate(const Job& job) {
+  auto fail = [&](const std::string& what) { throw PipelineError(fmt::format("{}: {}", job.source_file, what)); };
+  const std::vector<std::string> recipes = {"engram-nvfp4", "nvfp4-1017", "w8a8-int8"};
+  if (std::find(recipes.begin(), recipes.end(), job.recipe) == recipes.end()) fail("job.recipe must be one of engram-nvfp4, nvfp4-1017, w8a8-int8, not '" + job.recipe + "'");
+  if (job.recipe != "engram-nvfp4") fail("job.recipe '" + job.recipe + "' is not implemented in this version (only engram-nvfp4)");
+  const std::vector<std::string> methods = {"rtn", "mse", "gptq", "gptq-mse"};
+  if (std::find(methods.begin(), methods.end(), job.method) == methods.end()) fail("quant.method must be rtn, mse, gptq or gptq-mse, not '" + job.method + "'");
+  if (job.src.empty()) fail("job.src is empty (set it or pass --src)");
+  if (job.dst.empty()) fail("job.dst is empty (set it or pass --dst)");
+  if (job.mse_candidates < 2 || job.mse_candidates > 16) fail("quant.mse_candidates must be in 2..16");
+  if (!(job.mse_alpha_min > 0.0 && job.mse_alpha_min < 1.0)) fail("quant.mse_alpha_min must be in (0, 1)");
+  if (!(job.gptq_damp >= 0.0)) fail("quant.gptq_damp must be >= 0");
+  if (job.gptq_block < 16 || job.gptq_block % 16 != 0 || 256 % job.gptq_block != 0) fail("quant.gptq_block must be a multiple of 16 that divides 256");
+  if (job.rows_per_chunk < 1) fail("run.rows_per_chunk must be >= 1");
+  if (job.backend != "auto" && job.backend != "cpu" && job.backend != "cuda") fail("run.backend must be auto, cpu or cuda");
+  if (job.write_mode != "owner" && job.write_mode != "direct") fail("run.write_mode must be owner or direct");
+}
+
+} // namespace
+
+std::string Job::checkpoint_path() const {
+  return checkpoint.empty() ? (std::filesystem::path(dst) / ".shardq" / "checkpoint.h5").string() : checkpoint;
+}
+
+std::string Job::canonical() const {
+  // rows_per_chunk is part of it: a checkpoint's chunk records only fit its own chunking.
+  std::string text = fmt::format("recipe={};method={};rows_per_chunk={}", recipe, method, rows_per_chunk);
+  if (uses_mse()) text += fmt::format(";mse_candidates={};mse_alpha_min={:.17g}", mse_candidates, mse_alpha_min);
+  if (uses_gptq()) text += fmt::format(";gptq_damp={:.17g};gptq_block={}", gptq_damp, gptq_block);
+  return text;
+}
+
+Job load_job(const std::string& path, const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw PipelineError(fmt::format("{}: not a valid TOML job file: {} (line {})", path, e.description(),
+                                    e.source().begin.line));
+  }
+  for (const auto& assignment : overrides) apply_override(root, assignment);
+  check_known_keys(root, path);
+  Job job;
+  job.source_file = path;
+  read_key(root, "job", "recipe", job.recipe, path);
+  read_key(root, "job", "src", job.src, path);
+  read_key(root, "job", "dst", job.dst, path);
+  read_key(root, "quant", "method", job.method, path);
+  read_key(root, "quant", "mse_candidates", job.mse_candidates, path);
+  read_key(root, "quant", "mse_alpha_min", job.mse_alpha_min, path);
+  read_key(root, "quant", "gptq_damp", job.gptq_damp, path);
+  read_key(root, "quant", "gptq_block", job.gptq_block, path);
+  read_key(root, "quant", "input_scales_from", job.input_scales_from, path);
+  read_key(root, "quant", "keep_mtp", job.keep_mtp, path);
+  read_string_list(root, "quant", "ignore", job.ignore, path);
+  read_key(root, "run", "rows_per_chunk", job.rows_per_chunk, path);
+  read_key(root, "run", "backend", job.backend, path);
+  read_key(root, "run", "write_mode", job.write_mode, path);
+  read_key(root, "run", "checkpoint", job.checkpoint, path);
+  validate(job);
+  return job;
+}
+
+} // namespace shardq

@@ -1,0 +1,43 @@
+// A job file (DESIGN.md "Job files"): TOML, every key known, overridable with --set.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardq {
+
+struct Job {
+  // [job]
+  std::string recipe = "engram-nvfp4";
+  std::string src;
+  std::string dst;
+  // [quant]
+  std::string method = "gptq-mse"; // rtn | mse | gptq | gptq-mse
+  int64_t mse_candidates = 8;
+  double mse_alpha_min = 0.75;
+  double gptq_damp = 0.01;
+  int64_t gptq_block = 128;
+  std::string input_scales_from;
+  bool keep_mtp = true;
+  std::vector<std::string> ignore;
+  // [run]
+  int64_t rows_per_chunk = 1048576;
+  std::string backend = "auto";    // auto | cpu | cuda
+  std::string write_mode = "owner"; // owner | direct
+  std::string checkpoint;           // default <dst>/.shardq/checkpoint.h5
+
+  std::string source_file; // where it was read from (for messages)
+
+  bool uses_gptq() const { return method == "gptq" || method == "gptq-mse"; }
+  bool uses_mse() const { return method == "mse" || method == "gptq-mse"; }
+  std::string checkpoint_path() const;
+  // The canonical text of every key that decides output bytes (the checkpoint fingerprint).
+  std::string canonical() const;
+};
+
+// Reads a job file, applies "section.key=value" overrides, validates; throws
+// PipelineError naming the file and key.
+Job load_job(const std::string& path, const std::vector<std::string>& overrides);
+
+} // namespace shardq

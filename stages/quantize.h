@@ -1,0 +1,58 @@
+// Stage `quantize`: a chunk of FP8 source rows -> NVFP4 codes and scales, with the
+// chunk's report figures. Methods rtn / mse work row by row; gptq / gptq-mse group the
+// rows by hash column and feed each row's error forward through that column's factor.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/nvfp4.h"
+#include "stages/chunk_stats.h"
+#include "stages/source_rows.h"
+
+namespace shardq {
+
+class EngramLayout;
+
+enum class QuantMethod { rtn, mse, gptq, gptq_mse };
+
+QuantMethod parse_quant_method(const std::string& name); // throws StageError
+const char* quant_method_name(QuantMethod method);
+
+// The 24 factors of one Engram layer: U_c rounded to fp32 for the kernel and the
+// undamped Gram H_c for the weighted error.
+struct LayerFactors {
+  int layer = 0;
+  std::vector<std::vector<float>> upper;  // per hash column, 256x256
+  std::vector<std::vector<double>> gram;  // per hash column, 256x256
+};
+
+struct QuantizeParams {
+  QuantMethod method = QuantMethod::rtn;
+  ScaleSearch search;            // candidates 1 for rtn/gptq
+  float global_scale = 1.0f;
+  int gptq_block = 128;
+  int layer = 0;
+  const EngramLayout* layout = nullptr;   // gptq methods: rows -> hash columns
+  const LayerFactors* factors = nullptr;  // gptq methods
+};
+
+QuantizeParams make_quantize_params(QuantMethod method, int mse_candidates, double mse_alpha_min, float global_scale);
+
+// Output buffers of one chunk: packed codes rows x cols/2, scales rows x cols/16.
+struct Nvfp4Chunk {
+  std::vector<uint8_t> packed;
+  std::vector<uint8_t> scales;
+  ChunkStats stats;
+  void resize(uint64_t rows, int cols);
+};
+
+// Returns false when `cancel` became true mid-chunk (the chunk is then incomplete and
+// must be dropped). Stats are exact per row (ChunkStats), so any chunking sums alike.
+bool quantize_chunk_nvfp4(const Fp8RowChunk& chunk, const QuantizeParams& params, Nvfp4Chunk& out,
+                          const std::atomic<bool>* cancel);
+
+} // namespace shardq
