@@ -1,0 +1,210 @@
+#include "kernels/gptq.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+namespace shardq {
+
+namespace {
+
+constexpr int kCols = kGptqCols;
+constexpr int kTile = kGptqRowTile;
+constexpr int kGroup = Nvfp4::block;
+
+// Per-tile state of the current 16-value group of every row.
+struct GroupScales {
+  uint8_t code[kTile];
+  float divisor[kTile]; // float(scale) * global: the NVFP4 element divisor
+};
+
+// Loads up to kTile rows into the transposed tile (column c of the tile is contiguous over
+// rows) and keeps the originals; missing rows are zero, so the tile's arithmetic is the same
+// whatever R is.
+void load_tile(const float* x, int rows, GptqWorkspace& ws) {
+  std::fill(ws.original.begin(), ws.original.end(), 0.0f);
+  std::copy(x, x + size_t(rows) * kCols, ws.original.begin());
+  for (int r = 0; r < kTile; ++r)
+    for (int c = 0; c < kCols; ++c) ws.tile[size_t(c) * kTile + r] = ws.original[size_t(r) * kCols + c];
+}
+
+// Group start: the scale of columns j..j+15 of every real row from its current values.
+void choose_group_scales(const float* tile, int j, int rows, float global_scale, const ScaleSearch& search,
+                         GroupScales& group, uint8_t* scales, BlockStats& stats) {
+  float block[kGroup];
+  uint8_t nibbles[kGroup];
+  for (int r = 0; r < kTile; ++r) {
+    if (r >= rows) { // padding rows stay zero: any finite divisor quantizes them to zero
+      group.code[r] = 0;
+      group.divisor[r] = 1.0f;
+      continue;
+    }
+    for (int i = 0; i < kGroup; ++i) block[i] = tile[size_t(j + i) * kTile + r];
+    group.code[r] = choose_and_quantize_block_nvfp4(block, global_scale, search, nibbles, stats);
+    group.divisor[r] = e4m3_to_float(group.code[r]) * global_scale;
+    scales[size_t(r) * (kCols / kGroup) + j / kGroup] = group.code[r];
+  }
+}
+
+// Column j of every row: code, and the scaled error e = (x - q) / U[j, j] into `errors`.
+void quantize_column(const float* column, const GroupScales& group, float global_scale, float u_jj,
+                     uint8_t* nibbles, float* errors) {
+  for (int r = 0; r < kTile; ++r) {
+    const uint8_t nibble = e2m1_from_float(column[r] / group.divisor[r]);
+    nibbles[r] = nibble;
+    errors[r] = (column[r] - dequantize_nvfp4(nibble, group.code[r], global_scale)) / u_jj;
+  }
+}
+
+// X[:, k] -= e * U[j, k] for k in (j, end): rows innermost, contiguous, vectorizes.
+void update_in_block(float* tile, const float* errors, const float* u_row, int j, int end) {
+  for (int k = j + 1; k < end; ++k) {
+    const float u = u_row[k];
+    float* column = tile + size_t(k) * kTile;
+    for (int r = 0; r < kTile; ++r) column[r] -= errors[r] * u;
+  }
+}
+
+// X[:, b0+B:] -= E @ U[b0:b0+B, b0+B:], in the transposed tile:
+// tile[b0+B:, :] (M x kTile) -= U[b0:b0+B, b0+B:]^T (M x B) * E^T (B x kTile).
+void update_lazy(float* tile, const float* errors, const float* upper, int b0, int width) {
+  const int rest = b0 + width;
+  const int m = kCols - rest;
+  if (m == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, kTile, width, -1.0f, upper + size_t(b0) * kCols + rest,
+              kCols, errors, kTile, 1.0f, tile + size_t(rest) * kTile, kTile);
+}
+
+// Stats against the ORIGINAL rows, in the order quantize_row_nvfp4_ref uses: per block,
+// block_error_nvfp4 and block_reference_nvfp4 (fixed pairwise sums), blocks in order.
+void add_row_error_stats(const float* original, const uint8_t* nibbles, const uint8_t* scales, float global_scale,
+                         BlockStats& stats) {
+  for (int b = 0; b < kCols / kGroup; ++b) {
+    stats.error_sq += block_error_nvfp4(original + b * kGroup, nibbles + b * kGroup, scales[b], global_scale);
+    stats.reference_sq += block_reference_nvfp4(original + b * kGroup);
+  }
+}
+
+void store_tile(const uint8_t* nibbles, const float* original, const uint8_t* scales, int rows, float global_scale,
+                uint8_t* packed, BlockStats& stats) {
+  uint8_t row_nibbles[kCols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < kCols; ++c) row_nibbles[c] = nibbles[size_t(c) * kTile + r];
+    for (int c = 0; c < kCols; c += 2)
+      packed[size_t(r) * (kCols / 2) + c / 2] = pack_e2m1x2(row_nibbles[c], row_nibbles[c + 1]);
+    add_row_error_stats(original + size_t(r) * kCols, row_nibbles, scales + size_t(r) * (kCols / kGroup),
+                        global_scale, stats);
+  }
+}
+
+void quantize_tile(int rows, const float* upper, float global_scale, const ScaleSearch& search, int width,
+                   uint8_t* packed, uint8_t* scales, BlockStats& stats, GptqWorkspace& ws) {
+  float* tile = ws.tile.data();
+  GroupScales group;
+  uint8_t* nibbles = ws.nibbles.data();
+  for (int b0 = 0; b0 < kCols; b0 += width) {
+    for (int j = b0; j < b0 + width; ++j) {
+      if (j % kGroup == 0) choose_group_scales(tile, j, rows, global_scale, search, group, scales, stats);
+      float* errors = ws.errors.data() + size_t(j - b0) * kTile;
+      const float* u_row = upper + size_t(j) * kCols;
+      quantize_column(tile + size_t(j) * kTile, group, global_scale, u_row[j], nibbles + size_t(j) * kTile, errors);
+      update_in_block(tile, errors, u_row, j, b0 + width);
+    }
+    update_lazy(tile, ws.errors.data(), upper, b0, width);
+  }
+  store_tile(nibbles, ws.original.data(), scales, rows, global_scale, packed, stats);
+}
+
+double quadratic_form(const double* gram, const double* v) {
+  double total = 0.0;
+  for (int i = 0; i < kCols; ++i) {
+    const double* h = gram + size_t(i) * kCols;
+    double row = 0.0;
+    for (int k = 0; k < kCols; ++k) row += h[k] * v[k];
+    total += v[i] * row;
+  }
+  return total;
+}
+
+} // namespace
+
+GptqWorkspace::GptqWorkspace()
+    : tile(size_t(kCols) * kTile), original(size_t(kTile) * kCols), errors(size_t(kCols) * kTile),
+      nibbles(size_t(kCols) * kTile) {}
+
+std::vector<float> gptq_factor_fp32(const double* upper) {
+  std::vector<float> out(size_t(kCols) * kCols);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = float(upper[i]);
+  return out;
+}
+
+void gptq_pin_blas_threads() { openblas_set_num_threads(1); }
+
+void gptq_quantize_rows(float* x, int rows, const float* upper, float global_scale, const ScaleSearch& search,
+                        int block_width, uint8_t* packed, uint8_t* scales, BlockStats& stats,
+                        GptqWorkspace& workspace) {
+  assert(block_width >= kGroup && block_width % kGroup == 0 && kCols % block_width == 0);
+  for (int r0 = 0; r0 < rows; r0 += kTile) {
+    const int tile_rows = std::min(kTile, rows - r0);
+    load_tile(x + size_t(r0) * kCols, tile_rows, workspace);
+    quantize_tile(tile_rows, upper, global_scale, search, block_width, packed + size_t(r0) * (kCols / 2),
+                  scales + size_t(r0) * (kCols / kGroup), stats, workspace);
+    for (int r = 0; r < tile_rows; ++r)
+      for (int c = 0; c < kCols; ++c) x[size_t(r0 + r) * kCols + c] = workspace.tile[size_t(c) * kTile + r];
+  }
+}
+
+void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float global_scale,
+                            const ScaleSearch& search, uint8_t* packed, uint8_t* scales, BlockStats& stats) {
+  double w[kCols];
+  float block[kGroup];
+  uint8_t nibbles[kCols];
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + size_t(r) * kCols;
+    uint8_t* row_scales = scales + size_t(r) * (kCols / kGroup);
+    std::copy(row, row + kCols, w);
+    uint8_t code = 0;
+    for (int j = 0; j < kCols; ++j) {
+      if (j % kGroup == 0) {
+        for (int i = 0; i < kGroup; ++i) block[i] = float(w[j + i]);
+        code = choose_and_quantize_block_nvfp4(block, global_scale, search, nibbles + j, stats);
+        row_scales[j / kGroup] = code;
+      }
+      const float divisor = e4m3_to_float(code) * global_scale;
+      nibbles[j] = e2m1_from_float(float(w[j]) / divisor);
+      const double e = (w[j] - double(dequantize_nvfp4(nibbles[j], code, global_scale))) / upper[size_t(j) * kCols + j];
+      for (int k = j + 1; k < kCols; ++k) w[k] -= e * upper[size_t(j) * kCols + k];
+    }
+    for (int c = 0; c < kCols; c += 2) packed[size_t(r) * (kCols / 2) + c / 2] = pack_e2m1x2(nibbles[c], nibbles[c + 1]);
+    add_row_error_stats(row, nibbles, row_scales, global_scale, stats);
+  }
+}
+
+void add_weighted_error(const double* gram, const float* original, const float* dequantized, int rows,
+                        double& error_sq, double& reference_sq) {
+  double e[kCols];
+  double v[kCols];
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < kCols; ++c) {
+      v[c] = double(original[size_t(r) * kCols + c]);
+      e[c] = double(dequantized[size_t(r) * kCols + c]) - v[c];
+    }
+    error_sq += quadratic_form(gram, e);
+    reference_sq += quadratic_form(gram, v);
+  }
+}
+
+void add_weighted_error_nvfp4(const double* gram, const float* original, const uint8_t* packed,
+                              const uint8_t* scales, float global_scale, int rows, double& error_sq,
+                              double& reference_sq) {
+  float deq[kCols];
+  for (int r = 0; r < rows; ++r) {
+    dequantize_row_nvfp4(packed + size_t(r) * (kCols / 2), scales + size_t(r) * (kCols / kGroup), kCols, global_scale,
+                         deq);
+    add_weighted_error(gram, original + size_t(r) * kCols, deq, 1, error_sq, reference_sq);
+  }
+}
+
+} // namespace shardq
