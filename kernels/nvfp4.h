@@ -31,13 +31,28 @@ struct BlockStats {
 };
 
 // E4M3 code of a block scale: zero block -> 1.0, clamp to [2^-9, 448], RNE.
+// A scale of exactly 0 means a zero block; callers decide that from the block amax.
 uint8_t nvfp4_scale_code(float unclamped_scale);
+
+// E4M3 code of 1.0: the scale of an all-zero block.
+inline constexpr uint8_t kNvfp4ZeroBlockScaleCode = 0x38;
+
+// Scale code of candidate alpha for a block: amax == 0 -> 1.0; otherwise
+// e4m3(clamp((alpha * amax) / (6 * global), 2^-9, 448)), the product first, all fp32.
+uint8_t nvfp4_block_scale_code(float amax, float alpha, float global_scale);
 
 // Quantize one block of 16 with a given scale code; writes 16 unpacked nibbles.
 void quantize_block_nvfp4(const float* x, uint8_t scale_code, float global_scale, uint8_t* nibbles);
 
-// Squared error of 16 nibbles against x, each term (double(deq) - double(x))^2 in fp64.
+// Sum of 16 fp64 terms in a fixed pairwise order: t[i] + t[i+8], then + 4, + 2, + 1 lanes
+// (a fold in halves). Every backend sums a block in this order, so stats match bit for bit.
+double sum_block_fp64(const double* terms);
+
+// Squared error of 16 nibbles against x: terms (double(deq) - double(x))^2, sum_block_fp64.
 double block_error_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_code, float global_scale);
+
+// Sum of x^2 over one block, terms double(x) * double(x), sum_block_fp64.
+double block_reference_nvfp4(const float* x);
 
 // Dequantized value of one element: (e2m1 * scale) * global, one rounding.
 inline float dequantize_nvfp4(uint8_t nibble, uint8_t scale_code, float global_scale) {
@@ -50,9 +65,12 @@ uint8_t choose_and_quantize_block_nvfp4(const float* x, float global_scale, cons
                                         uint8_t* nibbles, BlockStats& stats);
 
 // One row of `cols` values (cols % 16 == 0): packed codes (cols/2 bytes, low nibble =
-// even element), E4M3 scales (cols/16 bytes), stats accumulated.
+// even element), E4M3 scales (cols/16 bytes), stats accumulated: per block, error_sq and
+// reference_sq get the block's sum_block_fp64, in block order.
+// Precondition: finite x (NaN/inf are counted and rejected upstream; backends may differ on them).
 void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const ScaleSearch& search,
                             uint8_t* packed, uint8_t* scales, BlockStats& stats);
+
 
 void dequantize_row_nvfp4(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out);
 

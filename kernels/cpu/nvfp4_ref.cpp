@@ -26,8 +26,16 @@ void BlockStats::merge(const BlockStats& other) {
 }
 
 uint8_t nvfp4_scale_code(float unclamped_scale) {
-  if (unclamped_scale == 0.0f) return e4m3_from_float(1.0f);
+  if (unclamped_scale == 0.0f) return kNvfp4ZeroBlockScaleCode;
   return e4m3_from_float(std::clamp(unclamped_scale, Nvfp4::min_scale, Nvfp4::max_scale));
+}
+
+uint8_t nvfp4_block_scale_code(float amax, float alpha, float global_scale) {
+  // Decided by amax, not by the quotient: a non-zero block whose scale underflows to 0.0f
+  // in fp32 is a scale underflow (clamped to 2^-9), not a zero block.
+  if (amax == 0.0f) return kNvfp4ZeroBlockScaleCode;
+  const float unclamped = (alpha * amax) / (E2M1::max * global_scale);
+  return e4m3_from_float(std::clamp(unclamped, Nvfp4::min_scale, Nvfp4::max_scale));
 }
 
 void quantize_block_nvfp4(const float* x, uint8_t scale_code, float global_scale, uint8_t* nibbles) {
@@ -36,13 +44,27 @@ void quantize_block_nvfp4(const float* x, uint8_t scale_code, float global_scale
   for (int i = 0; i < Nvfp4::block; ++i) nibbles[i] = e2m1_from_float(x[i] / divisor);
 }
 
+double sum_block_fp64(const double* terms) {
+  double folded[Nvfp4::block];
+  std::copy(terms, terms + Nvfp4::block, folded);
+  for (int half = Nvfp4::block / 2; half >= 1; half /= 2)
+    for (int i = 0; i < half; ++i) folded[i] = folded[i] + folded[i + half];
+  return folded[0];
+}
+
 double block_error_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_code, float global_scale) {
-  double error = 0.0;
+  double terms[Nvfp4::block];
   for (int i = 0; i < Nvfp4::block; ++i) {
     const double diff = double(dequantize_nvfp4(nibbles[i], scale_code, global_scale)) - double(x[i]);
-    error += diff * diff;
+    terms[i] = diff * diff;
   }
-  return error;
+  return sum_block_fp64(terms);
+}
+
+double block_reference_nvfp4(const float* x) {
+  double terms[Nvfp4::block];
+  for (int i = 0; i < Nvfp4::block; ++i) terms[i] = double(x[i]) * double(x[i]);
+  return sum_block_fp64(terms);
 }
 
 static float block_amax(const float* x) {
@@ -54,19 +76,19 @@ static float block_amax(const float* x) {
 uint8_t choose_and_quantize_block_nvfp4(const float* x, float global_scale, const ScaleSearch& search,
                                         uint8_t* nibbles, BlockStats& stats) {
   const float amax = block_amax(x);
-  const float scale_divisor = E2M1::max * global_scale;
   ++stats.blocks;
   if (amax == 0.0f) ++stats.zero_blocks;
-  else if (amax / scale_divisor < Nvfp4::min_scale) ++stats.scale_underflows;
+  else if (amax / (E2M1::max * global_scale) < Nvfp4::min_scale) ++stats.scale_underflows;
 
   const auto alphas = search.alphas();
   uint8_t best_code = 0;
   double best_error = 0.0;
   int best_k = -1;
   uint8_t trial[Nvfp4::block];
-  // Walk from the largest alpha down so that an exact tie keeps the larger alpha.
+  // Walk from the largest alpha down so that an exact tie keeps the larger alpha; a code
+  // already tried gives the same error, so it is skipped.
   for (int k = search.candidates - 1; k >= 0; --k) {
-    const uint8_t code = nvfp4_scale_code((alphas[k] * amax) / scale_divisor);
+    const uint8_t code = nvfp4_block_scale_code(amax, alphas[k], global_scale);
     if (best_k >= 0 && code == best_code) continue;
     quantize_block_nvfp4(x, code, global_scale, trial);
     const double error = search.candidates == 1 ? 0.0 : block_error_nvfp4(x, trial, code, global_scale);
@@ -88,11 +110,8 @@ void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const 
     const float* block = x + b * Nvfp4::block;
     scales[b] = choose_and_quantize_block_nvfp4(block, global_scale, search, nibbles, stats);
     for (int i = 0; i < Nvfp4::block; i += 2) packed[(b * Nvfp4::block + i) / 2] = pack_e2m1x2(nibbles[i], nibbles[i + 1]);
-    for (int i = 0; i < Nvfp4::block; ++i) {
-      const double deq = dequantize_nvfp4(nibbles[i], scales[b], global_scale);
-      stats.error_sq += (deq - double(block[i])) * (deq - double(block[i]));
-      stats.reference_sq += double(block[i]) * double(block[i]);
-    }
+    stats.error_sq += block_error_nvfp4(block, nibbles, scales[b], global_scale);
+    stats.reference_sq += block_reference_nvfp4(block);
   }
 }
 
