@@ -6,7 +6,9 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipeline/io/io_error.h"
@@ -51,7 +53,8 @@ class Reader {
   uint64_t data_offset() const { return data_offset_; } // absolute offset of the buffer
   uint64_t file_size() const { return file_size_; }
 
-  // Rows [first_row, first_row + row_count) of a tensor into out (row_count * row_bytes).
+  // Rows [first_row, first_row + row_count) of a tensor into out (row_count * row_bytes);
+  // throws when the range leaves the tensor or rows are not whole bytes (e.g. F4 [r, odd]).
   void read_rows(const TensorInfo& tensor, uint64_t first_row, uint64_t row_count, std::span<uint8_t> out) const;
   // Raw bytes at a data-buffer-relative offset.
   void read_bytes(uint64_t buffer_offset, std::span<uint8_t> out) const;
@@ -62,6 +65,7 @@ class Reader {
   uint64_t file_size_ = 0;
   uint64_t data_offset_ = 0;
   std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> by_name_; // index into tensors_
   std::map<std::string, std::string> metadata_;
 };
 
@@ -87,6 +91,9 @@ class Writer {
   Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> specs,
          std::map<std::string, std::string> metadata = {});
   ~Writer(); // closes; an unfinished .partial stays for resume, never renamed
+  Writer(Writer&& other) noexcept;
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
 
   // Plans the layout without touching the disk (sizes, offsets, header bytes).
   static std::vector<TensorInfo> plan(const std::vector<TensorSpec>& specs, uint64_t* data_offset,
@@ -97,19 +104,24 @@ class Writer {
   const TensorInfo& tensor(std::string_view name) const;
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const;
+  uint64_t buffer_size() const; // bytes of the data buffer (sum of tensor bytes)
 
   // Opens NAME.partial: creates and sizes it (posix_fallocate where possible, else
   // ftruncate), writes the header; with resume = true reuses an existing .partial.
   void open(bool resume);
+  // bytes must be whole rows of the tensor, starting at first_row, inside the tensor.
   void write_rows(const TensorInfo& tensor, uint64_t first_row, std::span<const uint8_t> bytes);
   void write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes);
   void sync();   // fsync the data written so far; any error is fatal for the shard
   void finish(); // sync, close (checked), rename to the final name, fsync the folder
 
  private:
+  void reserve_space(); // statvfs check, then posix_fallocate (ftruncate where unsupported)
+
   std::filesystem::path final_path_;
   std::filesystem::path partial_path_;
   std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> by_name_; // index into tensors_
   std::string header_;
   uint64_t data_offset_ = 0;
   int fd_ = -1;

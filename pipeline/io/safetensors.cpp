@@ -1,0 +1,461 @@
+#include "pipeline/io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include "pipeline/io/strict_json.h"
+
+namespace shardq::io {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+struct DtypeRow {
+  Dtype dtype;
+  std::string_view name;
+  int bits;
+};
+
+// One row per safetensors dtype string (FORMATS.md "safetensors"), in enum order.
+constexpr std::array<DtypeRow, 22> kDtypes = {{
+    {Dtype::BOOL, "BOOL", 8},        {Dtype::F4, "F4", 4},
+    {Dtype::F6_E2M3, "F6_E2M3", 6},  {Dtype::F6_E3M2, "F6_E3M2", 6},
+    {Dtype::U8, "U8", 8},            {Dtype::I8, "I8", 8},
+    {Dtype::F8_E5M2, "F8_E5M2", 8},  {Dtype::F8_E4M3, "F8_E4M3", 8},
+    {Dtype::F8_E8M0, "F8_E8M0", 8},  {Dtype::F8_E4M3FNUZ, "F8_E4M3FNUZ", 8},
+    {Dtype::F8_E5M2FNUZ, "F8_E5M2FNUZ", 8}, {Dtype::I16, "I16", 16},
+    {Dtype::U16, "U16", 16},         {Dtype::F16, "F16", 16},
+    {Dtype::BF16, "BF16", 16},       {Dtype::I32, "I32", 32},
+    {Dtype::U32, "U32", 32},         {Dtype::F32, "F32", 32},
+    {Dtype::C64, "C64", 64},         {Dtype::F64, "F64", 64},
+    {Dtype::I64, "I64", 64},         {Dtype::U64, "U64", 64},
+}};
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  return text + "]";
+}
+
+std::optional<uint64_t> checked_product(std::span<const uint64_t> dims) {
+  uint64_t product = 1;
+  for (uint64_t dim : dims) {
+    if (__builtin_mul_overflow(product, dim, &product)) return std::nullopt;
+  }
+  return product;
+}
+
+// Bytes of `count` elements, or nullopt when count * bits overflows or is not whole bytes.
+std::optional<uint64_t> checked_bytes(uint64_t count, int bits) {
+  uint64_t total_bits = 0;
+  if (__builtin_mul_overflow(count, uint64_t(bits), &total_bits) || total_bits % 8 != 0) return std::nullopt;
+  return total_bits / 8;
+}
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+void pread_full(int fd, uint8_t* out, uint64_t size, uint64_t offset, const std::string& label) {
+  while (size > 0) {
+    const ssize_t got = ::pread(fd, out, size, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw IoError(fmt::format("{}: read of {} bytes at offset {} failed: {}", label, size, offset, errno_text(errno)));
+    if (got == 0) throw IoError(fmt::format("{}: file ended at offset {} while {} more bytes were expected", label, offset, size));
+    out += got;
+    size -= uint64_t(got);
+    offset += uint64_t(got);
+  }
+}
+
+void pwrite_full(int fd, const uint8_t* bytes, uint64_t size, uint64_t offset, const std::string& label) {
+  while (size > 0) {
+    const ssize_t put = ::pwrite(fd, bytes, size, off_t(offset));
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) throw IoError(fmt::format("{}: write of {} bytes at offset {} failed: {}", label, size, offset, errno_text(put < 0 ? errno : EIO)));
+    bytes += put;
+    size -= uint64_t(put);
+    offset += uint64_t(put);
+  }
+}
+
+constexpr uint64_t kMaxHeaderLength = 100'000'000;
+
+void check_header_length(uint64_t header_length, uint64_t file_size, const std::string& label) {
+  if (file_size < 8) throw IoError(fmt::format("{}: file is {} bytes, shorter than the 8-byte header length", label, file_size));
+  if (header_length > kMaxHeaderLength) {
+    throw IoError(fmt::format("{}: header length {} exceeds the cap of {} bytes", label, header_length, kMaxHeaderLength));
+  }
+  if (header_length > file_size - 8) {
+    throw IoError(fmt::format("{}: header length {} reaches past the end of the file ({} bytes)", label, header_length, file_size));
+  }
+}
+
+uint64_t json_u64(const Json& value, const std::string& context, std::string_view field) {
+  if (!value.is_number_unsigned()) throw IoError(fmt::format("{}: {} holds {}, not a non-negative integer", context, field, value.dump()));
+  return value.get<uint64_t>();
+}
+
+const Json& required_field(const Json& entry, std::string_view field, const std::string& context) {
+  const auto it = entry.find(field);
+  if (it == entry.end()) throw IoError(fmt::format("{}: missing '{}'", context, field));
+  return *it;
+}
+
+TensorInfo parse_entry(const std::string& name, const Json& entry, const std::string& label) {
+  const std::string context = fmt::format("{}: tensor '{}'", label, name);
+  if (name.empty()) throw IoError(fmt::format("{}: a tensor has an empty name", label));
+  if (!entry.is_object()) throw IoError(fmt::format("{}: entry is {}, not an object", context, entry.type_name()));
+  TensorInfo info;
+  info.name = name;
+  const Json& dtype = required_field(entry, "dtype", context);
+  const auto parsed_dtype = dtype.is_string() ? parse_dtype(dtype.get_ref<const std::string&>()) : std::nullopt;
+  if (!parsed_dtype) throw IoError(fmt::format("{}: unknown dtype {}", context, dtype.dump()));
+  info.dtype = *parsed_dtype;
+  const Json& shape = required_field(entry, "shape", context);
+  if (!shape.is_array()) throw IoError(fmt::format("{}: shape is {}, not an array", context, shape.type_name()));
+  for (const Json& dim : shape) info.shape.push_back(json_u64(dim, context, "shape"));
+  const Json& offsets = required_field(entry, "data_offsets", context);
+  if (!offsets.is_array() || offsets.size() != 2) throw IoError(fmt::format("{}: data_offsets is {}, not [begin, end]", context, offsets.dump()));
+  info.begin = json_u64(offsets[0], context, "data_offsets");
+  info.end = json_u64(offsets[1], context, "data_offsets");
+  if (info.end < info.begin) throw IoError(fmt::format("{}: data_offsets [{}, {}) end before they begin", context, info.begin, info.end));
+  const auto numel = checked_product(info.shape);
+  const auto bytes = numel ? checked_bytes(*numel, dtype_bits(info.dtype)) : std::nullopt;
+  const std::string described = fmt::format("{} {}", dtype_name(info.dtype), shape_text(info.shape));
+  if (!numel) throw IoError(fmt::format("{}: shape {} overflows 64 bits", context, described));
+  if (!bytes) throw IoError(fmt::format("{}: {} is not a whole number of bytes (or overflows)", context, described));
+  if (*bytes != info.end - info.begin) {
+    throw IoError(fmt::format("{}: data_offsets [{}, {}) hold {} bytes but {} needs {}", context, info.begin, info.end,
+                              info.end - info.begin, described, *bytes));
+  }
+  return info;
+}
+
+void parse_metadata(const Json& value, const std::string& label, std::map<std::string, std::string>* metadata) {
+  if (!value.is_object()) throw IoError(fmt::format("{}: __metadata__ is {}, not an object", label, value.type_name()));
+  for (const auto& [key, item] : value.items()) {
+    if (!item.is_string()) throw IoError(fmt::format("{}: __metadata__ '{}' is {}, not a string", label, key, item.type_name()));
+    if (metadata) (*metadata)[key] = item.get<std::string>();
+  }
+}
+
+// Sorted by offset the tensors must tile the buffer from 0 without holes or overlaps, and
+// the buffer must end exactly at the end of the file.
+void check_layout(std::vector<TensorInfo>& tensors, uint64_t buffer_size, const std::string& label) {
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const TensorInfo& a, const TensorInfo& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  uint64_t expected = 0;
+  const TensorInfo* previous = nullptr;
+  for (const TensorInfo& t : tensors) {
+    if (t.begin < expected) {
+      throw IoError(fmt::format("{}: tensor '{}' data_offsets [{}, {}) overlap tensor '{}' [{}, {})", label, t.name, t.begin,
+                                t.end, previous->name, previous->begin, previous->end));
+    }
+    if (t.begin > expected) {
+      throw IoError(fmt::format("{}: tensor '{}' starts at {} but the bytes before it end at {}: a gap of {} bytes", label,
+                                t.name, t.begin, expected, t.begin - expected));
+    }
+    if (t.end > buffer_size) {
+      throw IoError(fmt::format("{}: tensor '{}' data_offsets [{}, {}) reach past the end of the file (data buffer holds {} bytes)",
+                                label, t.name, t.begin, t.end, buffer_size));
+    }
+    expected = t.end;
+    previous = &t;
+  }
+  if (expected != buffer_size) {
+    throw IoError(fmt::format("{}: tensors end at buffer offset {} but the file holds {} bytes of data: {} trailing bytes", label,
+                              expected, buffer_size, buffer_size - expected));
+  }
+}
+
+void fsync_folder(const std::filesystem::path& folder) {
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw IoError(fmt::format("{}: cannot open folder to fsync: {}", folder.string(), errno_text(errno)));
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError(fmt::format("{}: fsync of folder failed: {}", folder.string(), errno_text(error)));
+}
+
+std::filesystem::path folder_of(const std::filesystem::path& path) {
+  return path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+}
+
+// Byte offset of rows [first_row, ...) inside the tensor, checking that rows are whole
+// bytes and that the range lies inside the tensor.
+uint64_t row_range_offset(const TensorInfo& t, uint64_t first_row, uint64_t row_count, const std::string& label) {
+  const auto row_numel = checked_product(std::span(t.shape).subspan(t.shape.empty() ? 0 : 1));
+  const auto row_bytes = row_numel ? checked_bytes(*row_numel, dtype_bits(t.dtype)) : std::nullopt;
+  if (!row_bytes) {
+    throw IoError(fmt::format("{}: tensor '{}': rows of {} {} are not whole bytes", label, t.name, dtype_name(t.dtype), shape_text(t.shape)));
+  }
+  if (first_row > t.rows() || row_count > t.rows() - first_row) {
+    throw IoError(fmt::format("{}: tensor '{}': rows [{}, {}) outside its {} rows", label, t.name, first_row, first_row + row_count, t.rows()));
+  }
+  return first_row * *row_bytes;
+}
+
+} // namespace
+
+std::optional<Dtype> parse_dtype(std::string_view name) {
+  for (const DtypeRow& row : kDtypes) {
+    if (row.name == name) return row.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string_view dtype_name(Dtype dtype) { return kDtypes[size_t(dtype)].name; }
+
+int dtype_bits(Dtype dtype) { return kDtypes[size_t(dtype)].bits; }
+
+uint64_t TensorInfo::numel() const {
+  uint64_t product = 1;
+  for (uint64_t dim : shape) product *= dim;
+  return product;
+}
+
+uint64_t TensorInfo::row_bytes() const {
+  uint64_t row_numel = 1;
+  for (size_t i = shape.empty() ? 0 : 1; i < shape.size(); ++i) row_numel *= shape[i];
+  return row_numel * uint64_t(dtype_bits(dtype)) / 8;
+}
+
+std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t header_length, uint64_t file_size,
+                                     const std::string& file_label, std::map<std::string, std::string>* metadata) {
+  check_header_length(header_length, file_size, file_label);
+  if (header_json.size() != header_length) {
+    throw IoError(fmt::format("{}: header holds {} bytes but its length field says {}", file_label, header_json.size(), header_length));
+  }
+  if (header_json.empty() || header_json.front() != '{') throw IoError(fmt::format("{}: header does not start with '{{'", file_label));
+  const Json header = parse_json_strict(header_json, file_label, "header");
+  if (!header.is_object()) throw IoError(fmt::format("{}: header is {}, not a JSON object", file_label, header.type_name()));
+  std::vector<TensorInfo> tensors;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      parse_metadata(entry, file_label, metadata);
+    } else {
+      tensors.push_back(parse_entry(name, entry, file_label));
+    }
+  }
+  check_layout(tensors, file_size - 8 - header_length, file_label);
+  return tensors;
+}
+
+// ------------------------------------------------------------------------- Reader
+
+Reader::Reader(const std::filesystem::path& path) : path_(path) {
+  const std::string label = path_.string();
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw IoError(fmt::format("{}: cannot open: {}", label, errno_text(errno)));
+  try {
+    struct stat info {};
+    if (::fstat(fd_, &info) != 0) throw IoError(fmt::format("{}: fstat failed: {}", label, errno_text(errno)));
+    if (!S_ISREG(info.st_mode)) throw IoError(fmt::format("{}: not a regular file", label));
+    file_size_ = uint64_t(info.st_size);
+    if (file_size_ < 8) check_header_length(0, file_size_, label);
+    std::array<uint8_t, 8> length_bytes{};
+    pread_full(fd_, length_bytes.data(), 8, 0, label);
+    uint64_t header_length = 0;
+    for (int i = 7; i >= 0; --i) header_length = header_length << 8 | length_bytes[size_t(i)];
+    check_header_length(header_length, file_size_, label); // before allocating the header
+    std::string header(header_length, '\0');
+    pread_full(fd_, reinterpret_cast<uint8_t*>(header.data()), header_length, 8, label);
+    tensors_ = parse_header(header, header_length, file_size_, label, &metadata_);
+    data_offset_ = 8 + header_length;
+    for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+Reader::~Reader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const TensorInfo* Reader::find(std::string_view name) const {
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo& Reader::tensor(std::string_view name) const {
+  const TensorInfo* found = find(name);
+  if (!found) throw IoError(fmt::format("{}: no tensor '{}'", path_.string(), name));
+  return *found;
+}
+
+void Reader::read_rows(const TensorInfo& tensor, uint64_t first_row, uint64_t row_count, std::span<uint8_t> out) const {
+  const std::string label = path_.string();
+  if (tensor.end < tensor.begin || tensor.end > file_size_ - data_offset_) {
+    throw IoError(fmt::format("{}: tensor '{}' [{}, {}) is not inside this file's data buffer", label, tensor.name, tensor.begin, tensor.end));
+  }
+  const uint64_t offset = row_range_offset(tensor, first_row, row_count, label);
+  const uint64_t needed = row_count * tensor.row_bytes();
+  if (out.size() != needed) {
+    throw IoError(fmt::format("{}: tensor '{}': rows [{}, {}) are {} bytes but the buffer holds {}", label, tensor.name, first_row,
+                              first_row + row_count, needed, out.size()));
+  }
+  pread_full(fd_, out.data(), out.size(), data_offset_ + tensor.begin + offset, label);
+}
+
+void Reader::read_bytes(uint64_t buffer_offset, std::span<uint8_t> out) const {
+  const uint64_t buffer_size = file_size_ - data_offset_;
+  if (buffer_offset > buffer_size || out.size() > buffer_size - buffer_offset) {
+    throw IoError(fmt::format("{}: bytes [{}, {}) outside the {}-byte data buffer", path_.string(), buffer_offset,
+                              buffer_offset + out.size(), buffer_size));
+  }
+  pread_full(fd_, out.data(), out.size(), data_offset_ + buffer_offset, path_.string());
+}
+
+// ------------------------------------------------------------------------- Writer
+
+std::vector<TensorInfo> Writer::plan(const std::vector<TensorSpec>& specs, uint64_t* data_offset, std::string* header,
+                                     const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorInfo> tensors;
+  std::set<std::string_view> names;
+  Json json = Json::object();
+  if (!metadata.empty()) json["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const TensorSpec& spec : specs) {
+    const std::string described = fmt::format("tensor '{}' {} {}", spec.name, dtype_name(spec.dtype), shape_text(spec.shape));
+    if (spec.name.empty() || spec.name == "__metadata__") throw IoError(fmt::format("cannot plan {}: reserved or empty name", described));
+    if (!names.insert(spec.name).second) throw IoError(fmt::format("cannot plan {}: the name appears twice", described));
+    const auto numel = checked_product(spec.shape);
+    const auto bytes = numel ? checked_bytes(*numel, dtype_bits(spec.dtype)) : std::nullopt;
+    uint64_t end = 0;
+    if (!bytes || __builtin_add_overflow(offset, *bytes, &end)) throw IoError(fmt::format("cannot plan {}: size overflows or is not whole bytes", described));
+    tensors.push_back(TensorInfo{spec.name, spec.dtype, spec.shape, offset, end});
+    json[spec.name] = {{"dtype", dtype_name(spec.dtype)}, {"shape", spec.shape}, {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  std::string text;
+  try {
+    text = json.dump();
+  } catch (const Json::type_error& e) {
+    throw IoError(fmt::format("cannot plan header: {}", e.what()));
+  }
+  // Pad with spaces so the data buffer starts on a page: row chunks then align too.
+  const uint64_t unpadded = 8 + text.size();
+  const uint64_t padded = (unpadded + kAlignment - 1) / kAlignment * kAlignment;
+  text.append(padded - unpadded, ' ');
+  if (data_offset) *data_offset = padded;
+  if (header) *header = std::move(text);
+  return tensors;
+}
+
+Writer::Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> specs, std::map<std::string, std::string> metadata)
+    : final_path_(final_path), partial_path_(final_path.string() + ".partial") {
+  tensors_ = plan(specs, &data_offset_, &header_, metadata);
+  for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
+}
+
+Writer::Writer(Writer&& other) noexcept
+    : final_path_(std::move(other.final_path_)), partial_path_(std::move(other.partial_path_)),
+      tensors_(std::move(other.tensors_)), by_name_(std::move(other.by_name_)), header_(std::move(other.header_)),
+      data_offset_(other.data_offset_), fd_(std::exchange(other.fd_, -1)) {}
+
+Writer::~Writer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const TensorInfo& Writer::tensor(std::string_view name) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) throw IoError(fmt::format("{}: no tensor '{}' planned", final_path_.string(), name));
+  return tensors_[it->second];
+}
+
+uint64_t Writer::buffer_size() const { return tensors_.empty() ? 0 : tensors_.back().end; }
+
+uint64_t Writer::file_size() const { return data_offset_ + buffer_size(); }
+
+void Writer::reserve_space() {
+  const std::string label = partial_path_.string();
+  struct statvfs fs {};
+  const std::filesystem::path folder = folder_of(partial_path_);
+  if (::statvfs(folder.c_str(), &fs) == 0) {
+    const uint64_t free_bytes = uint64_t(fs.f_bavail) * uint64_t(fs.f_frsize);
+    if (free_bytes < file_size()) {
+      throw IoError(fmt::format("{}: needs {} bytes but the file system has {} free", label, file_size(), free_bytes));
+    }
+  }
+  const int rc = ::posix_fallocate(fd_, 0, off_t(file_size()));
+  if (rc == EOPNOTSUPP || rc == EINVAL) {
+    if (::ftruncate(fd_, off_t(file_size())) != 0) throw IoError(fmt::format("{}: cannot size to {} bytes: {}", label, file_size(), errno_text(errno)));
+  } else if (rc == ENOSPC) {
+    throw IoError(fmt::format("{}: no space left for {} bytes", label, file_size()));
+  } else if (rc != 0) {
+    throw IoError(fmt::format("{}: cannot allocate {} bytes: {}", label, file_size(), errno_text(rc)));
+  }
+}
+
+void Writer::open(bool resume) {
+  const std::string label = partial_path_.string();
+  if (fd_ >= 0) throw IoError(fmt::format("{}: already open", label));
+  std::error_code ec;
+  const bool reusable = resume && std::filesystem::file_size(partial_path_, ec) == file_size() && !ec;
+  if (reusable) {
+    fd_ = ::open(partial_path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd_ < 0) throw IoError(fmt::format("{}: cannot reopen: {}", label, errno_text(errno)));
+  } else {
+    fd_ = ::open(partial_path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw IoError(fmt::format("{}: cannot create: {}", label, errno_text(errno)));
+    reserve_space();
+  }
+  std::string prefix(8, '\0');
+  const uint64_t header_length = header_.size();
+  for (size_t i = 0; i < 8; ++i) prefix[i] = char(uint8_t(header_length >> (8 * i)));
+  prefix += header_;
+  pwrite_full(fd_, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size(), 0, label);
+}
+
+void Writer::write_rows(const TensorInfo& tensor, uint64_t first_row, std::span<const uint8_t> bytes) {
+  const std::string label = partial_path_.string();
+  const uint64_t row_bytes = tensor.row_bytes();
+  if (row_bytes == 0 ? !bytes.empty() : bytes.size() % row_bytes != 0) {
+    throw IoError(fmt::format("{}: tensor '{}': {} bytes are not whole rows of {} bytes", label, tensor.name, bytes.size(), row_bytes));
+  }
+  const uint64_t row_count = row_bytes == 0 ? 0 : bytes.size() / row_bytes;
+  const uint64_t offset = row_range_offset(tensor, first_row, row_count, label);
+  if (tensor.end < tensor.begin || tensor.end > buffer_size()) {
+    throw IoError(fmt::format("{}: tensor '{}' [{}, {}) is not inside this file's data buffer", label, tensor.name, tensor.begin, tensor.end));
+  }
+  write_bytes(tensor.begin + offset, bytes);
+}
+
+void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes) {
+  const std::string label = partial_path_.string();
+  if (fd_ < 0) throw IoError(fmt::format("{}: write before open()", label));
+  if (buffer_offset > buffer_size() || bytes.size() > buffer_size() - buffer_offset) {
+    throw IoError(fmt::format("{}: bytes [{}, {}) outside the {}-byte data buffer", label, buffer_offset, buffer_offset + bytes.size(), buffer_size()));
+  }
+  pwrite_full(fd_, bytes.data(), bytes.size(), data_offset_ + buffer_offset, label);
+}
+
+void Writer::sync() {
+  if (fd_ < 0) throw IoError(fmt::format("{}: sync before open()", partial_path_.string()));
+  // After a failed fsync the kernel may have dropped the dirty pages: the shard is lost.
+  if (::fsync(fd_) != 0) throw IoError(fmt::format("{}: fsync failed, the shard must be rewritten: {}", partial_path_.string(), errno_text(errno)));
+}
+
+void Writer::finish() {
+  sync();
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) throw IoError(fmt::format("{}: close failed: {}", partial_path_.string(), errno_text(errno)));
+  if (::rename(partial_path_.c_str(), final_path_.c_str()) != 0) {
+    throw IoError(fmt::format("{}: rename to {} failed: {}", partial_path_.string(), final_path_.string(), errno_text(errno)));
+  }
+  fsync_folder(folder_of(final_path_));
+}
+
+} // namespace shardq::io

@@ -1,0 +1,392 @@
+// pipeline/io safetensors: Writer -> Reader round trips, and one test per malformed header
+// (RELIABILITY.md "Untrusted checkpoints"); every error must name the file and the problem.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <numeric>
+
+#include "pipeline/io/safetensors.h"
+#include "io_test_util.h"
+
+namespace shardq::io {
+namespace {
+
+using test::ScratchDir;
+using ::testing::HasSubstr;
+
+std::vector<uint8_t> iota_bytes(size_t count, uint8_t first) {
+  std::vector<uint8_t> bytes(count);
+  std::iota(bytes.begin(), bytes.end(), first);
+  return bytes;
+}
+
+// Specs whose layout is worked out by hand: a F32 [3, 4] = 48 bytes at [0, 48),
+// b U8 [5] at [48, 53), c BF16 [] (scalar) at [53, 55), d F4 [2, 6] = 6 bytes at [55, 61).
+std::vector<TensorSpec> sample_specs() {
+  return {{"a", Dtype::F32, {3, 4}}, {"b", Dtype::U8, {5}}, {"c", Dtype::BF16, {}}, {"d", Dtype::F4, {2, 6}}};
+}
+
+TEST(SafetensorsWriter, PlansOffsetsInOrderAndAlignsTheBuffer) {
+  uint64_t data_offset = 0;
+  std::string header;
+  const auto tensors = Writer::plan(sample_specs(), &data_offset, &header, {});
+  ASSERT_EQ(tensors.size(), 4u);
+  const std::vector<std::pair<uint64_t, uint64_t>> expected = {{0, 48}, {48, 53}, {53, 55}, {55, 61}};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(tensors[i].begin, expected[i].first) << tensors[i].name;
+    EXPECT_EQ(tensors[i].end, expected[i].second) << tensors[i].name;
+  }
+  EXPECT_EQ(data_offset, 4096u);
+  EXPECT_EQ(8 + header.size(), data_offset);
+  EXPECT_EQ(tensors[0].row_bytes(), 16u);
+  EXPECT_EQ(tensors[3].row_bytes(), 3u);
+  // The header is plain JSON (trailing spaces allowed) in the given order.
+  const auto json = nlohmann::ordered_json::parse(header);
+  std::vector<std::string> keys;
+  for (const auto& item : json.items()) keys.push_back(item.key());
+  EXPECT_EQ(keys, (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_EQ(json["d"]["dtype"], "F4");
+  EXPECT_EQ(json["a"]["data_offsets"], nlohmann::json::array({0, 48}));
+}
+
+TEST(SafetensorsWriter, RoundTripsThroughTheReader) {
+  ScratchDir dir;
+  const auto final_path = dir / "model-00001-of-00001.safetensors";
+  Writer writer(final_path, sample_specs(), {{"format", "pt"}});
+  writer.open(false);
+  EXPECT_EQ(writer.partial_path(), dir / "model-00001-of-00001.safetensors.partial");
+  EXPECT_TRUE(std::filesystem::exists(writer.partial_path()));
+  const auto a = iota_bytes(48, 1), b = iota_bytes(5, 100), c = iota_bytes(2, 200), d = iota_bytes(6, 50);
+  // Rows out of order, as ranks would write them.
+  writer.write_rows(writer.tensor("a"), 2, std::span(a).subspan(32, 16));
+  writer.write_rows(writer.tensor("a"), 0, std::span(a).subspan(0, 32));
+  writer.write_rows(writer.tensor("d"), 1, std::span(d).subspan(3, 3));
+  writer.write_rows(writer.tensor("d"), 0, std::span(d).subspan(0, 3));
+  writer.write_bytes(48, b);
+  writer.write_rows(writer.tensor("c"), 0, c);
+  writer.sync();
+  EXPECT_FALSE(std::filesystem::exists(final_path)) << "renamed before finish()";
+  writer.finish();
+  EXPECT_TRUE(std::filesystem::exists(final_path));
+  EXPECT_FALSE(std::filesystem::exists(writer.partial_path()));
+
+  // Independent check of the bytes on disk: length field, then tensors at 4096 + begin.
+  const std::string raw = test::read_text(final_path);
+  ASSERT_EQ(raw.size(), 4096u + 61u);
+  EXPECT_EQ(raw.substr(0, 8), test::le64(4096 - 8));
+  EXPECT_EQ(raw.substr(4096, 48), std::string(a.begin(), a.end()));
+  EXPECT_EQ(raw.substr(4096 + 48, 5), std::string(b.begin(), b.end()));
+  EXPECT_EQ(raw.substr(4096 + 55, 6), std::string(d.begin(), d.end()));
+
+  Reader reader(final_path);
+  EXPECT_EQ(reader.data_offset(), 4096u);
+  EXPECT_EQ(reader.data_offset() % Writer::kAlignment, 0u);
+  EXPECT_EQ(reader.file_size(), 4096u + 61u);
+  EXPECT_EQ(reader.metadata(), (std::map<std::string, std::string>{{"format", "pt"}}));
+  ASSERT_EQ(reader.tensors().size(), 4u);
+  const TensorInfo& ta = reader.tensor("a");
+  EXPECT_EQ(ta.dtype, Dtype::F32);
+  EXPECT_EQ(ta.shape, (std::vector<uint64_t>{3, 4}));
+  std::vector<uint8_t> rows(32);
+  reader.read_rows(ta, 1, 2, rows);
+  EXPECT_EQ(rows, std::vector<uint8_t>(a.begin() + 16, a.end()));
+  std::vector<uint8_t> d_row(3);
+  reader.read_rows(reader.tensor("d"), 1, 1, d_row);
+  EXPECT_EQ(d_row, std::vector<uint8_t>(d.begin() + 3, d.end()));
+  std::vector<uint8_t> scalar(2);
+  reader.read_rows(reader.tensor("c"), 0, 1, scalar);
+  EXPECT_EQ(scalar, c);
+  std::vector<uint8_t> some(4);
+  reader.read_bytes(47, some);
+  EXPECT_EQ(some, (std::vector<uint8_t>{a[47], b[0], b[1], b[2]}));
+  EXPECT_EQ(reader.find("missing"), nullptr);
+  EXPECT_THROW(reader.tensor("missing"), IoError);
+}
+
+TEST(SafetensorsWriter, WithoutMetadataWritesNoMetadataKey) {
+  uint64_t data_offset = 0;
+  std::string header;
+  Writer::plan({{"x", Dtype::U8, {1}}}, &data_offset, &header, {});
+  EXPECT_EQ(header.find("__metadata__"), std::string::npos);
+}
+
+TEST(SafetensorsWriter, DestructorLeavesThePartialUnrenamed) {
+  ScratchDir dir;
+  const auto final_path = dir / "out.safetensors";
+  {
+    Writer writer(final_path, sample_specs());
+    writer.open(false);
+    writer.write_bytes(0, iota_bytes(8, 1));
+  }
+  EXPECT_FALSE(std::filesystem::exists(final_path));
+  EXPECT_TRUE(std::filesystem::exists(dir / "out.safetensors.partial"));
+}
+
+TEST(SafetensorsWriter, ResumeKeepsBytesOfAPartialOfTheRightSize) {
+  ScratchDir dir;
+  const auto final_path = dir / "out.safetensors";
+  const auto a = iota_bytes(48, 1);
+  {
+    Writer writer(final_path, sample_specs());
+    writer.open(false);
+    writer.write_rows(writer.tensor("a"), 0, a);
+    writer.sync();
+  }
+  {
+    Writer resumed(final_path, sample_specs());
+    resumed.open(true);
+    resumed.write_bytes(48, iota_bytes(13, 9));
+    resumed.finish();
+  }
+  Reader reader(final_path);
+  std::vector<uint8_t> rows(48);
+  reader.read_rows(reader.tensor("a"), 0, 3, rows);
+  EXPECT_EQ(rows, a);
+}
+
+TEST(SafetensorsWriter, FreshOpenDiscardsAnOldPartial) {
+  ScratchDir dir;
+  const auto final_path = dir / "out.safetensors";
+  {
+    Writer writer(final_path, sample_specs());
+    writer.open(false);
+    writer.write_rows(writer.tensor("a"), 0, iota_bytes(48, 1));
+  }
+  Writer fresh(final_path, sample_specs());
+  fresh.open(false);
+  fresh.finish();
+  Reader reader(final_path);
+  std::vector<uint8_t> rows(48);
+  reader.read_rows(reader.tensor("a"), 0, 3, rows);
+  EXPECT_EQ(rows, std::vector<uint8_t>(48, 0));
+}
+
+TEST(SafetensorsWriter, ResumeRecreatesAPartialOfTheWrongSize) {
+  ScratchDir dir;
+  const auto final_path = dir / "out.safetensors";
+  test::write_text(dir / "out.safetensors.partial", "short");
+  Writer writer(final_path, sample_specs());
+  writer.open(true);
+  writer.finish();
+  EXPECT_EQ(std::filesystem::file_size(final_path), 4096u + 61u);
+}
+
+TEST(SafetensorsWriter, RefusesWritesOutsideTheTensor) {
+  ScratchDir dir;
+  Writer writer(dir / "out.safetensors", sample_specs());
+  writer.open(false);
+  try {
+    writer.write_rows(writer.tensor("a"), 2, iota_bytes(32, 0));
+    FAIL() << "rows 2..4 of a 3-row tensor were accepted";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("out.safetensors.partial"));
+    EXPECT_THAT(e.what(), HasSubstr("tensor 'a': rows [2, 4) outside its 3 rows"));
+  }
+  EXPECT_THROW(writer.write_rows(writer.tensor("a"), 0, iota_bytes(10, 0)), IoError); // not whole rows
+  EXPECT_THROW(writer.write_bytes(60, iota_bytes(2, 0)), IoError);                      // past the buffer
+}
+
+TEST(SafetensorsWriter, RefusesDuplicateAndOverflowingSpecs) {
+  EXPECT_THROW(Writer::plan({{"x", Dtype::U8, {1}}, {"x", Dtype::U8, {1}}}, nullptr, nullptr, {}), IoError);
+  EXPECT_THROW(Writer::plan({{"x", Dtype::F32, {1ull << 62}}}, nullptr, nullptr, {}), IoError);
+  EXPECT_THROW(Writer::plan({{"x", Dtype::F4, {3}}}, nullptr, nullptr, {}), IoError);
+}
+
+TEST(SafetensorsReader, RefusesRowsOutsideTheTensorAndWrongBufferSizes) {
+  ScratchDir dir;
+  const auto path = dir / "ok.safetensors";
+  Writer writer(path, sample_specs());
+  writer.open(false);
+  writer.finish();
+  Reader reader(path);
+  std::vector<uint8_t> out(32);
+  try {
+    reader.read_rows(reader.tensor("a"), 2, 2, out);
+    FAIL() << "rows [2, 4) of a 3-row tensor were read";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path.string()));
+    EXPECT_THAT(e.what(), HasSubstr("tensor 'a': rows [2, 4) outside its 3 rows"));
+  }
+  EXPECT_THROW(reader.read_rows(reader.tensor("a"), UINT64_MAX, 2, out), IoError);
+  EXPECT_THROW(reader.read_rows(reader.tensor("a"), 0, 1, out), IoError); // buffer is 2 rows
+  EXPECT_THROW(reader.read_bytes(60, out), IoError);
+}
+
+// ---------------------------------------------------------------- malformed files
+
+// Opens `path`, expecting an IoError whose message names the file and contains `problem`.
+void expect_rejected(const std::filesystem::path& path, const std::string& problem) {
+  try {
+    Reader reader(path);
+    FAIL() << path << " was accepted; expected: " << problem;
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path.string()));
+    EXPECT_THAT(e.what(), HasSubstr(problem));
+  }
+}
+
+std::string entry(const std::string& name, const std::string& dtype, const std::string& shape, uint64_t begin, uint64_t end) {
+  return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":[" + std::to_string(begin) +
+         "," + std::to_string(end) + "]}";
+}
+
+TEST(SafetensorsReader, RejectsFileShorterThanTheLengthField) {
+  ScratchDir dir;
+  test::write_text(dir / "tiny.safetensors", "\x05\0\0");
+  expect_rejected(dir / "tiny.safetensors", "shorter than the 8-byte header length");
+}
+
+TEST(SafetensorsReader, RejectsTruncatedFile) {
+  ScratchDir dir;
+  const auto path = dir / "cut.safetensors";
+  Writer writer(path, sample_specs());
+  writer.open(false);
+  writer.finish();
+  std::filesystem::resize_file(path, 4096 + 58); // d [55, 61) now lies past the end
+  expect_rejected(path, "tensor 'd' data_offsets [55, 61) reach past the end of the file (data buffer holds 58 bytes)");
+}
+
+TEST(SafetensorsReader, RejectsHeaderLengthBeyondTheFile) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "long.safetensors", "{}", 0, 1000);
+  expect_rejected(dir / "long.safetensors", "header length 1000 reaches past the end of the file (10 bytes)");
+}
+
+TEST(SafetensorsReader, RejectsHeaderLengthU64Max) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "max.safetensors", "{}", 0, UINT64_MAX);
+  expect_rejected(dir / "max.safetensors", "header length 18446744073709551615 exceeds the cap of 100000000 bytes");
+}
+
+TEST(SafetensorsReader, RejectsHeaderLengthJustOverTheCap) {
+  ScratchDir dir;
+  // The file really is large enough (sparse), so only the cap can refuse it.
+  test::write_safetensors_raw(dir / "cap.safetensors", "{}", 100'000'000, 100'000'001);
+  expect_rejected(dir / "cap.safetensors", "header length 100000001 exceeds the cap of 100000000 bytes");
+}
+
+TEST(SafetensorsReader, RejectsHeaderThatIsNotJson) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "text.safetensors", "{not json at all", 0);
+  expect_rejected(dir / "text.safetensors", "header is not valid JSON");
+}
+
+TEST(SafetensorsReader, RejectsHeaderThatIsNotAnObject) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "array.safetensors", "[1, 2]", 0);
+  expect_rejected(dir / "array.safetensors", "header does not start with '{'");
+}
+
+TEST(SafetensorsReader, RejectsNonUtf8Names) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "latin1.safetensors", "{" + entry("caf\xe9", "U8", "[1]", 0, 1) + "}", 1);
+  expect_rejected(dir / "latin1.safetensors", "header is not valid JSON");
+}
+
+TEST(SafetensorsReader, RejectsOverlappingOffsets) {
+  ScratchDir dir;
+  const std::string header = "{" + entry("a", "F32", "[2]", 0, 8) + "," + entry("b", "F32", "[2]", 4, 12) + "}";
+  test::write_safetensors_raw(dir / "overlap.safetensors", header, 12);
+  expect_rejected(dir / "overlap.safetensors", "tensor 'b' data_offsets [4, 12) overlap tensor 'a' [0, 8)");
+}
+
+TEST(SafetensorsReader, RejectsGappedOffsets) {
+  ScratchDir dir;
+  const std::string header = "{" + entry("a", "F32", "[1]", 0, 4) + "," + entry("b", "F32", "[1]", 8, 12) + "}";
+  test::write_safetensors_raw(dir / "gap.safetensors", header, 12);
+  expect_rejected(dir / "gap.safetensors", "tensor 'b' starts at 8 but the bytes before it end at 4: a gap of 4 bytes");
+}
+
+TEST(SafetensorsReader, RejectsBufferNotStartingAtZero) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "late.safetensors", "{" + entry("a", "U8", "[4]", 4, 8) + "}", 8);
+  expect_rejected(dir / "late.safetensors", "a gap of 4 bytes");
+}
+
+TEST(SafetensorsReader, RejectsOffsetsPastTheEndOfTheFile) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "eof.safetensors", "{" + entry("a", "F32", "[2]", 0, 8) + "}", 4);
+  expect_rejected(dir / "eof.safetensors", "tensor 'a' data_offsets [0, 8) reach past the end of the file (data buffer holds 4 bytes)");
+}
+
+TEST(SafetensorsReader, RejectsTrailingBytesAfterTheLastTensor) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "trail.safetensors", "{" + entry("a", "F32", "[1]", 0, 4) + "}", 9);
+  expect_rejected(dir / "trail.safetensors", "5 trailing bytes");
+}
+
+TEST(SafetensorsReader, RejectsUnknownDtype) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "dtype.safetensors", "{" + entry("a", "F33", "[1]", 0, 4) + "}", 4);
+  expect_rejected(dir / "dtype.safetensors", "tensor 'a': unknown dtype \"F33\"");
+}
+
+TEST(SafetensorsReader, RejectsShapeThatDisagreesWithTheBytes) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "x.safetensors", "{" + entry("x", "F32", "[3]", 0, 10) + "}", 10);
+  expect_rejected(dir / "x.safetensors", "tensor 'x': data_offsets [0, 10) hold 10 bytes but F32 [3] needs 12");
+}
+
+TEST(SafetensorsReader, RejectsSubByteTensorOfFractionalBytes) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "f4.safetensors", "{" + entry("x", "F4", "[3]", 0, 1) + "}", 1);
+  expect_rejected(dir / "f4.safetensors", "tensor 'x': F4 [3] is not a whole number of bytes");
+}
+
+TEST(SafetensorsReader, RejectsDimensionWhoseElementCountWraps) {
+  // (2^42 + 1) * 2^22 = 2^64 + 2^22 wraps to 2^22: a 4 MiB buffer would "match" a wrapped count.
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "wrap.safetensors", "{" + entry("w", "U8", "[4398046511105, 4194304]", 0, 4194304) + "}", 4194304);
+  expect_rejected(dir / "wrap.safetensors", "tensor 'w': shape U8 [4398046511105, 4194304] overflows 64 bits");
+}
+
+TEST(SafetensorsReader, RejectsByteCountThatWrapsToZero) {
+  // 2^62 F32 elements are 2^67 bits: wrapped to 64 bits that is 0, matching an empty range.
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "zero.safetensors", "{" + entry("z", "F32", "[4611686018427387904]", 0, 0) + "}", 0);
+  expect_rejected(dir / "zero.safetensors", "tensor 'z': F32 [4611686018427387904] is not a whole number of bytes (or overflows)");
+}
+
+TEST(SafetensorsReader, RejectsDuplicateKeys) {
+  ScratchDir dir;
+  const std::string header = "{" + entry("a", "U8", "[4]", 0, 4) + "," + entry("a", "U8", "[4]", 4, 8) + "}";
+  test::write_safetensors_raw(dir / "dup.safetensors", header, 8);
+  expect_rejected(dir / "dup.safetensors", "duplicate key 'a'");
+}
+
+TEST(SafetensorsReader, RejectsNegativeAndFractionalNumbers) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "neg.safetensors", "{\"a\":{\"dtype\":\"U8\",\"shape\":[-1],\"data_offsets\":[0,0]}}", 0);
+  expect_rejected(dir / "neg.safetensors", "tensor 'a': shape holds -1, not a non-negative integer");
+  test::write_safetensors_raw(dir / "frac.safetensors", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1.0]}}", 1);
+  expect_rejected(dir / "frac.safetensors", "tensor 'a': data_offsets holds 1.0, not a non-negative integer");
+}
+
+TEST(SafetensorsReader, RejectsMissingFieldsAndEmptyNames) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "field.safetensors", "{\"a\":{\"dtype\":\"U8\",\"data_offsets\":[0,1]}}", 1);
+  expect_rejected(dir / "field.safetensors", "tensor 'a': missing 'shape'");
+  test::write_safetensors_raw(dir / "empty.safetensors", "{" + entry("", "U8", "[1]", 0, 1) + "}", 1);
+  expect_rejected(dir / "empty.safetensors", "a tensor has an empty name");
+}
+
+TEST(SafetensorsReader, RejectsMetadataThatIsNotStrings) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "meta.safetensors", "{\"__metadata__\":{\"format\":1}}", 0);
+  expect_rejected(dir / "meta.safetensors", "__metadata__ 'format' is number, not a string");
+}
+
+TEST(SafetensorsReader, AcceptsPaddedHeaderAndZeroSizeTensors) {
+  ScratchDir dir;
+  const std::string header = "{\"__metadata__\":{\"format\":\"pt\"}," + entry("e", "F32", "[0, 4]", 0, 0) + "," +
+                             entry("a", "U8", "[2]", 0, 2) + "}    ";
+  test::write_safetensors_raw(dir / "pad.safetensors", header, 2);
+  Reader reader(dir / "pad.safetensors");
+  EXPECT_EQ(reader.tensors().size(), 2u);
+  EXPECT_EQ(reader.tensor("e").rows(), 0u);
+  EXPECT_EQ(reader.metadata().at("format"), "pt");
+}
+
+} // namespace
+} // namespace shardq::io
