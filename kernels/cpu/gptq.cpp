@@ -117,15 +117,29 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
   store_tile(nibbles, ws.original.data(), scales, rows, global_scale, packed, stats);
 }
 
-double quadratic_form(const double* gram, const double* v) {
+double dot(const double* a, const double* b) {
   double total = 0.0;
-  for (int i = 0; i < kCols; ++i) {
-    const double* h = gram + size_t(i) * kCols;
-    double row = 0.0;
-    for (int k = 0; k < kCols; ++k) row += h[k] * v[k];
-    total += v[i] * row;
-  }
+  for (int k = 0; k < kCols; ++k) total += a[k] * b[k];
   return total;
+}
+
+// One tile of up to kTile rows: [E; X] (2 kTile x 256, zero-padded, fp64) times H by one
+// dgemm of fixed shape, then each row's quadratic form, rows in order.
+void add_weighted_error_tile(const double* gram, const float* original, const float* dequantized, int rows,
+                             double* stacked, double* product, double& error_sq, double& reference_sq) {
+  std::fill(stacked, stacked + size_t(2) * kTile * kCols, 0.0);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < kCols; ++c) {
+      const double x = double(original[size_t(r) * kCols + c]);
+      stacked[size_t(r) * kCols + c] = double(dequantized[size_t(r) * kCols + c]) - x;
+      stacked[size_t(kTile + r) * kCols + c] = x;
+    }
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2 * kTile, kCols, kCols, 1.0, stacked, kCols, gram, kCols,
+              0.0, product, kCols);
+  for (int r = 0; r < rows; ++r) {
+    error_sq += dot(stacked + size_t(r) * kCols, product + size_t(r) * kCols);
+    reference_sq += dot(stacked + size_t(kTile + r) * kCols, product + size_t(kTile + r) * kCols);
+  }
 }
 
 } // namespace
@@ -184,27 +198,21 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
 
 void add_weighted_error(const double* gram, const float* original, const float* dequantized, int rows,
                         double& error_sq, double& reference_sq) {
-  double e[kCols];
-  double v[kCols];
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < kCols; ++c) {
-      v[c] = double(original[size_t(r) * kCols + c]);
-      e[c] = double(dequantized[size_t(r) * kCols + c]) - v[c];
-    }
-    error_sq += quadratic_form(gram, e);
-    reference_sq += quadratic_form(gram, v);
-  }
+  std::vector<double> stacked(size_t(2) * kTile * kCols);
+  std::vector<double> product(size_t(2) * kTile * kCols);
+  for (int r0 = 0; r0 < rows; r0 += kTile)
+    add_weighted_error_tile(gram, original + size_t(r0) * kCols, dequantized + size_t(r0) * kCols,
+                            std::min(kTile, rows - r0), stacked.data(), product.data(), error_sq, reference_sq);
 }
 
 void add_weighted_error_nvfp4(const double* gram, const float* original, const uint8_t* packed,
                               const uint8_t* scales, float global_scale, int rows, double& error_sq,
                               double& reference_sq) {
-  float deq[kCols];
-  for (int r = 0; r < rows; ++r) {
+  std::vector<float> dequantized(size_t(rows) * kCols);
+  for (int r = 0; r < rows; ++r)
     dequantize_row_nvfp4(packed + size_t(r) * (kCols / 2), scales + size_t(r) * (kCols / kGroup), kCols, global_scale,
-                         deq);
-    add_weighted_error(gram, original + size_t(r) * kCols, deq, 1, error_sq, reference_sq);
-  }
+                         dequantized.data() + size_t(r) * kCols);
+  add_weighted_error(gram, original, dequantized.data(), rows, error_sq, reference_sq);
 }
 
 } // namespace shardq
