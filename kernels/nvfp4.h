@@ -71,6 +71,10 @@ uint8_t choose_and_quantize_block_nvfp4(const float* x, float global_scale, cons
 void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const ScaleSearch& search,
                             uint8_t* packed, uint8_t* scales, BlockStats& stats);
 
+// Same contract, Highway SIMD with runtime dispatch (AVX2 / AVX-512 / NEON / SVE / scalar);
+// bit-identical to quantize_row_nvfp4_ref, stats included.
+void quantize_row_nvfp4_simd(const float* x, int cols, float global_scale, const ScaleSearch& search,
+                             uint8_t* packed, uint8_t* scales, BlockStats& stats);
 
 void dequantize_row_nvfp4(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out);
 
