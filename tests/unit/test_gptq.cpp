@@ -275,13 +275,14 @@ struct AnisotropicCase {
 };
 
 // (b) every lazy width agrees with the unbatched fp64 reference up to rounding order.
-// Bounds: codes differ for at most 1e-4 of the elements (measured: 2 of 768,000 for rtn,
-// none for mse), weighted error within 2e-5 relative (measured 3.9e-6 for rtn, 0 for mse).
-// Not 1e-6: a value sitting on a rounding midpoint rounds one way in fp32 and the other in
-// fp64 (or in another summation order), and that row then follows another feedback path,
-// which moves a 3000-row sum by about a tenth of one row's share.
-TEST(GptqKernel, LazyWidthsAgreeWithUnbatchedReference) {
-  const AnisotropicCase c;
+// A value sitting on a rounding midpoint rounds one way in fp32 and the other in fp64 (or
+// in another summation order); its row then follows another feedback path, so one flip
+// drags a few more in the same row and moves that row's weighted error. Bounds: codes
+// differ for at most 1e-4 of the elements, weighted error within 1e-4 relative (not 1e-6).
+// Measured over 768,000 elements: strong case (cond 1e6) rtn 0 to 11 codes (B=64: 1.4e-5,
+// 3.6e-5 relative), mse none; mild case (cond 340) rtn none, mse 0 or 26 codes (B=256:
+// 3.4e-5, a scale flip; 4.2e-6 relative).
+void expect_widths_agree(const AnisotropicCase& c) {
   const double elements = double(c.rows) * kN;
   for (const auto& search : {kRtn, kMse}) {
     const auto ref = run_gptq_ref(c.x, c.rows, c.factor.upper, c.global, search);
@@ -298,11 +299,15 @@ TEST(GptqKernel, LazyWidthsAgreeWithUnbatchedReference) {
                   ref_error);
       EXPECT_LE(fraction, 1e-4) << "B=" << width;
       EXPECT_LE(double(differing_codes(fast, widest)) / elements, 1e-4) << "B=" << width;
-      EXPECT_NEAR(error, widest_error, 2e-5 * widest_error) << "B=" << width;
-      EXPECT_NEAR(error, ref_error, 2e-5 * ref_error) << "B=" << width;
+      EXPECT_NEAR(error, widest_error, 1e-4 * widest_error) << "B=" << width;
+      EXPECT_NEAR(error, ref_error, 1e-4 * ref_error) << "B=" << width;
     }
   }
 }
+
+TEST(GptqKernel, LazyWidthsAgreeWithUnbatchedReference) { expect_widths_agree(AnisotropicCase{}); }
+
+TEST(GptqKernel, LazyWidthsAgreeWithUnbatchedReferenceMild) { expect_widths_agree(AnisotropicCase{3.0f, 1.0f}); }
 
 // (d) output bytes and stats do not depend on how rows are split into calls.
 TEST(GptqKernel, SameBytesWhateverRowsPerCall) {
