@@ -63,8 +63,10 @@ constexpr float e4m3_to_float(uint8_t code) {
   const int exponent = (code >> 3) & 0xF;
   const int mantissa = code & 0x7;
   if (E4M3::is_nan(code)) return std::numeric_limits<float>::quiet_NaN();
+  // Normal codes map straight onto fp32 fields (no libm call: this sits in hot loops).
   const float magnitude = exponent == 0 ? float(mantissa) * E4M3::min_subnormal
-                                        : std::ldexp(1.0f + float(mantissa) / 8.0f, exponent - E4M3::bias);
+                                        : std::bit_cast<float>(uint32_t(exponent - E4M3::bias + 127) << 23 |
+                                                               uint32_t(mantissa) << 20);
   return (code & 0x80) ? -magnitude : magnitude;
 }
 

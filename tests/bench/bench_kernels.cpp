@@ -1,0 +1,77 @@
+// NVFP4 row kernels on one core: rows of 256 fp32 values, RTN and MSE, ref and SIMD,
+// next to memcpy of the same input bytes. The working set (64 MiB of fp32 input, twice the 32 MiB L3 here) is
+// larger than the caches, so memcpy is the memory-bound ceiling the kernels are held to.
+// Counters: rows/s and GB/s of fp32 input (1 KiB per row).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/nvfp4.h"
+
+namespace {
+
+constexpr int kCols = 256;
+constexpr int kRows = 65536;
+
+using RowKernel = void (*)(const float*, int, float, const shardq::ScaleSearch&, uint8_t*, uint8_t*,
+                           shardq::BlockStats&);
+
+const std::vector<float>& input_rows() {
+  static const std::vector<float> rows = [] {
+    std::mt19937 rng(42);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    std::vector<float> out(size_t(kRows) * kCols);
+    for (float& v : out) v = normal(rng);
+    return out;
+  }();
+  return rows;
+}
+
+void set_counters(benchmark::State& state) {
+  const double rows = double(state.iterations()) * kRows;
+  state.counters["rows/s"] = benchmark::Counter(rows, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(rows * kCols * sizeof(float) / 1e9, benchmark::Counter::kIsRate);
+}
+
+void run_kernel(benchmark::State& state, RowKernel kernel, int candidates) {
+  const auto& x = input_rows();
+  const shardq::ScaleSearch search{candidates, 0.75};
+  const float global = shardq::Nvfp4::global_scale(0.1f);
+  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 16);
+  for (auto _ : state) {
+    shardq::BlockStats stats;
+    for (int r = 0; r < kRows; ++r)
+      kernel(x.data() + size_t(r) * kCols, kCols, global, search, packed.data() + size_t(r) * kCols / 2,
+             scales.data() + size_t(r) * kCols / 16, stats);
+    benchmark::DoNotOptimize(stats);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state);
+}
+
+void BM_memcpy_fp32_rows(benchmark::State& state) {
+  const auto& x = input_rows();
+  std::vector<float> out(x.size());
+  for (auto _ : state) {
+    std::memcpy(out.data(), x.data(), x.size() * sizeof(float));
+    benchmark::ClobberMemory();
+  }
+  set_counters(state);
+}
+
+void BM_nvfp4_rtn_ref(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_ref, 1); }
+void BM_nvfp4_rtn_simd(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_simd, 1); }
+void BM_nvfp4_mse_ref(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_ref, 8); }
+void BM_nvfp4_mse_simd(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_simd, 8); }
+
+} // namespace
+
+BENCHMARK(BM_memcpy_fp32_rows)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_nvfp4_rtn_ref)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_nvfp4_rtn_simd)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_nvfp4_mse_ref)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_nvfp4_mse_simd)->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();
