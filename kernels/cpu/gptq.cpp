@@ -17,6 +17,7 @@ constexpr int kGroup = Nvfp4::block;
 // Per-tile state of the current 16-value group of every row.
 struct GroupScales {
   uint8_t code[kTile];
+  float scale[kTile];   // float(E4M3 scale)
   float divisor[kTile]; // float(scale) * global: the NVFP4 element divisor
 };
 
@@ -38,28 +39,52 @@ void choose_group_scales(const float* tile, int j, int rows, float global_scale,
   for (int r = 0; r < kTile; ++r) {
     if (r >= rows) { // padding rows stay zero: any finite divisor quantizes them to zero
       group.code[r] = 0;
+      group.scale[r] = 0.0f;
       group.divisor[r] = 1.0f;
       continue;
     }
     for (int i = 0; i < kGroup; ++i) block[i] = tile[size_t(j + i) * kTile + r];
     group.code[r] = choose_and_quantize_block_nvfp4(block, global_scale, search, nibbles, stats);
-    group.divisor[r] = e4m3_to_float(group.code[r]) * global_scale;
+    group.scale[r] = e4m3_to_float(group.code[r]);
+    group.divisor[r] = group.scale[r] * global_scale;
     scales[size_t(r) * (kCols / kGroup) + j / kGroup] = group.code[r];
   }
 }
 
+// E2M1 magnitude index of |x| (round half to even, saturating) as a sum of comparisons:
+// branch-free, so the column loop vectorizes; equal to e2m1_index(a, nearest_even).
+inline int e2m1_index_branchless(float a) {
+  return int(a > 0.25f) + int(a >= 0.75f) + int(a > 1.25f) + int(a >= 1.75f) + int(a > 2.5f) + int(a >= 3.5f) +
+         int(a > 5.0f);
+}
+
+// The same index's E2M1 magnitude (0, .5, 1, 1.5, 2, 3, 4, 6), summed exactly in fp32.
+inline float e2m1_magnitude_branchless(float a) {
+  return 0.5f * float(int(a > 0.25f) + int(a >= 0.75f) + int(a > 1.25f) + int(a >= 1.75f)) +
+         float(int(a > 2.5f) + int(a >= 3.5f)) + 2.0f * float(a > 5.0f);
+}
+
 // Column j of every row: code, and the scaled error e = (x - q) / U[j, j] into `errors`.
-void quantize_column(const float* column, const GroupScales& group, float global_scale, float u_jj,
-                     uint8_t* nibbles, float* errors) {
+// q = ((+-magnitude) * scale) * global: the same roundings as dequantize_nvfp4.
+// target_clones: AVX2 where the CPU has it; no FMA contraction (ISO C++ mode), so both
+// clones compute the same bits.
+__attribute__((target_clones("avx2", "default"))) void quantize_column(const float* column,
+                                                                        const GroupScales& group,
+                                                                        float global_scale, float u_jj,
+                                                                        uint8_t* nibbles, float* errors) {
   for (int r = 0; r < kTile; ++r) {
-    const uint8_t nibble = e2m1_from_float(column[r] / group.divisor[r]);
-    nibbles[r] = nibble;
-    errors[r] = (column[r] - dequantize_nvfp4(nibble, group.code[r], global_scale)) / u_jj;
+    const float x = column[r];
+    const float scaled = x / group.divisor[r];
+    const float a = scaled < 0.0f ? -scaled : scaled;
+    const float magnitude = e2m1_magnitude_branchless(a);
+    nibbles[r] = uint8_t((scaled < 0.0f ? 0x8 : 0x0) | e2m1_index_branchless(a));
+    const float q = ((scaled < 0.0f ? -magnitude : magnitude) * group.scale[r]) * global_scale;
+    errors[r] = (x - q) / u_jj;
   }
 }
 
 // X[:, k] -= e * U[j, k] for k in (j, end): rows innermost, contiguous, vectorizes.
-void update_in_block(float* tile, const float* errors, const float* u_row, int j, int end) {
+__attribute__((target_clones("avx2", "default"))) void update_in_block(float* tile, const float* errors, const float* u_row, int j, int end) {
   for (int k = j + 1; k < end; ++k) {
     const float u = u_row[k];
     float* column = tile + size_t(k) * kTile;

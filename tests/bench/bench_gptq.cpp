@@ -1,0 +1,148 @@
+// GPTQ on one core: rows of 256 through one hash column's factor, for gptq (amax scales)
+// and gptq-mse, next to the row quantizers (rtn, mse) and to this machine's SGEMM measured
+// in the same run with the same BLAS, single thread.
+// Flop count used: 2 * 32,640 flops per row = every column j updates the 255 - j later
+// columns once (sum = 256 * 255 / 2 FMAs, GPTQ.md "Cost": ~33K FMA per row), counting an
+// FMA as 2 flops; the quantization itself and the stats are not counted.
+#include <benchmark/benchmark.h>
+
+#include <cblas.h>
+
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <vector>
+
+#include "kernels/gptq.h"
+#include "stages/factors.h"
+
+namespace {
+
+constexpr int kCols = shardq::kGptqCols;
+constexpr int kRows = 16384;
+constexpr double kFlopsPerRow = 2.0 * (kCols * (kCols - 1) / 2);
+
+const std::vector<float>& source_rows() {
+  static const std::vector<float> rows = [] {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    std::vector<float> out(size_t(kRows) * kCols);
+    for (float& v : out) v = normal(rng);
+    return out;
+  }();
+  return rows;
+}
+
+// A factor from a random correlated W (the speed does not depend on its values).
+const std::vector<float>& factor_fp32() {
+  static const std::vector<float> upper = [] {
+    constexpr int out_rows = 1024;
+    std::mt19937 rng(8);
+    std::normal_distribution<float> normal(0.0f, 0.01f);
+    std::vector<float> w(size_t(out_rows) * kCols);
+    for (float& v : w) v = normal(rng);
+    for (int r = 0; r < out_rows; ++r)
+      for (int d = 1; d < kCols; ++d) w[size_t(r) * kCols + d] += 0.5f * w[size_t(r) * kCols + d - 1];
+    const auto factor = shardq::compute_column_factor(w.data(), out_rows, kCols, 0, 0.01, 1);
+    return shardq::gptq_factor_fp32(factor.upper.data());
+  }();
+  return upper;
+}
+
+float global_scale() { return shardq::Nvfp4::global_scale(0.1f); }
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// Single-thread SGEMM rate of an m x n x k product over ~0.3 s of this thread's CPU time
+// (the same clock Google Benchmark's rates use, so a loaded machine skews neither side).
+double sgemm_gflops(int m, int n, int k) {
+  std::vector<float> a(size_t(m) * k, 0.5f), b(size_t(k) * n, 0.25f), c(size_t(m) * n, 0.0f);
+  const double start = thread_cpu_seconds();
+  long calls = 0;
+  while (thread_cpu_seconds() - start < 0.3) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+    ++calls;
+  }
+  const double seconds = thread_cpu_seconds() - start;
+  benchmark::DoNotOptimize(c.data());
+  return 2.0 * m * n * k * double(calls) / seconds / 1e9;
+}
+
+double sgemm_reference_gflops() {
+  static const double rate = [] {
+    shardq::gptq_pin_blas_threads();
+    return sgemm_gflops(256, 256, 256);
+  }();
+  return rate;
+}
+
+void set_row_counters(benchmark::State& state) {
+  const double rows = double(state.iterations()) * kRows;
+  state.counters["rows/s"] = benchmark::Counter(rows, benchmark::Counter::kIsRate);
+}
+
+void BM_sgemm_single_thread(benchmark::State& state) {
+  shardq::gptq_pin_blas_threads();
+  const int m = int(state.range(0)), n = int(state.range(1)), k = int(state.range(2));
+  std::vector<float> a(size_t(m) * k, 0.5f), b(size_t(k) * n, 0.25f), c(size_t(m) * n, 0.0f);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * double(state.iterations()) / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+
+void BM_gptq(benchmark::State& state) {
+  const double sgemm_rate = sgemm_reference_gflops();
+  const shardq::ScaleSearch search{int(state.range(0)), 0.75};
+  const int width = int(state.range(1));
+  const auto& upper = factor_fp32();
+  std::vector<float> x(source_rows().size());
+  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 16);
+  shardq::GptqWorkspace workspace;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::memcpy(x.data(), source_rows().data(), x.size() * sizeof(float));
+    state.ResumeTiming();
+    shardq::BlockStats stats;
+    shardq::gptq_quantize_rows(x.data(), kRows, upper.data(), global_scale(), search, width, packed.data(),
+                               scales.data(), stats, workspace);
+    benchmark::DoNotOptimize(stats);
+  }
+  set_row_counters(state);
+  const double gflops = kFlopsPerRow * double(state.iterations()) * kRows / 1e9;
+  state.counters["GFLOP/s"] = benchmark::Counter(gflops, benchmark::Counter::kIsRate);
+  state.counters["sgemm_GFLOP/s"] = sgemm_rate;
+  // vs_sgemm = GFLOP/s / sgemm_GFLOP/s, printed by scripts/bench.sh (a rate counter is only
+  // final after the run).
+}
+
+void BM_row_quantizer(benchmark::State& state) {
+  const shardq::ScaleSearch search{int(state.range(0)), 0.75};
+  const auto& x = source_rows();
+  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 16);
+  for (auto _ : state) {
+    shardq::BlockStats stats;
+    for (int r = 0; r < kRows; ++r)
+      shardq::quantize_row_nvfp4_ref(x.data() + size_t(r) * kCols, kCols, global_scale(), search,
+                                     packed.data() + size_t(r) * kCols / 2, scales.data() + size_t(r) * kCols / 16,
+                                     stats);
+    benchmark::DoNotOptimize(stats);
+  }
+  set_row_counters(state);
+}
+
+} // namespace
+
+// Shapes: the 256^3 reference and the lazy GEMM of B = 128 (240..128 x 64 x 128).
+BENCHMARK(BM_sgemm_single_thread)->Args({256, 256, 256})->Args({128, 64, 128})->Unit(benchmark::kMicrosecond);
+// Args: {scale candidates (1 = gptq, 8 = gptq-mse), lazy width B}.
+BENCHMARK(BM_gptq)->ArgNames({"cand", "B"})->Args({1, 128})->Args({8, 128})->Args({1, 64})->Args({1, 256})
+    ->Unit(benchmark::kMillisecond);
+// Args: {scale candidates}: 1 = rtn, 8 = mse (quantize_row_nvfp4_ref).
+BENCHMARK(BM_row_quantizer)->ArgNames({"cand"})->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond);
