@@ -1,9 +1,152 @@
-#include <stdexcept>
+// `shardq status CHECKPOINT`: a run's progress for people. Reads whichever complete
+// generation is on disk (saves rename whole files, so this is safe during a run).
+#include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <set>
+
+#include "pipeline/checkpoint.h"
 #include "pipeline/commands.h"
 
 namespace shardq {
+namespace {
 
-int cmd_status(const StatusArgs&) { throw std::runtime_error("shardq status: not built yet"); }
+struct Progress {
+  uint64_t chunks_done = 0, chunks = 0, rows_done = 0, rows = 0;
+  double chunk_seconds = 0;
+};
+
+uint64_t rows_of_chunk(const TableRecord& t, size_t chunk) {
+  const uint64_t first = uint64_t(chunk) * t.rows_per_chunk;
+  return first >= t.rows ? 0 : std::min(t.rows_per_chunk, t.rows - first);
+}
+
+Progress progress_of(const TableRecord& t) {
+  Progress p;
+  p.chunks = t.chunks.size();
+  p.rows = t.rows;
+  for (size_t i = 0; i < t.chunks.size(); ++i) {
+    if (t.chunks[i].state != kChunkDone) continue;
+    ++p.chunks_done;
+    p.rows_done += rows_of_chunk(t, i);
+    p.chunk_seconds += t.chunks[i].seconds;
+  }
+  return p;
+}
+
+double percent(uint64_t part, uint64_t whole) { return whole == 0 ? 100.0 : 100.0 * double(part) / double(whole); }
+
+std::string duration(double seconds) {
+  const auto s = uint64_t(std::max(0.0, seconds));
+  return fmt::format("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60);
+}
+
+std::string utc_time(int64_t unix_seconds) {
+  const std::time_t t = std::time_t(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buffer;
+}
+
+std::string shortened(const std::string& value) { return value.size() <= 16 ? value : value.substr(0, 12) + ".."; }
+
+// The Engram layer of a table named "layers.<L>.engram...", if any.
+std::optional<int> layer_of(const std::string& tensor) {
+  const std::string prefix = "layers.";
+  if (tensor.rfind(prefix, 0) != 0) return std::nullopt;
+  int layer = 0;
+  const char* begin = tensor.data() + prefix.size();
+  const auto [end, ec] = std::from_chars(begin, tensor.data() + tensor.size(), layer);
+  if (ec != std::errc() || end == begin) return std::nullopt;
+  return layer;
+}
+
+void print_header(const std::string& path, const LoadResult& loaded) {
+  const CheckpointState& s = loaded.state;
+  fmt::print("checkpoint: {} (generation {}, updated {})\n", path, s.generation, utc_time(s.updated_unix));
+  if (loaded.fell_back) fmt::print("note: {}\n", loaded.note);
+  std::string fields;
+  for (const auto& [field, value] : s.fingerprint) fields += " " + field + "=" + shortened(value);
+  fmt::print("fingerprint:{}\n", fields.empty() ? " (none)" : fields);
+}
+
+// Width of the name column: the longest tensor name, or "total".
+size_t name_width(const CheckpointState& s) {
+  size_t width = 5;
+  for (const auto& t : s.tables) width = std::max(width, t.tensor.size());
+  return width;
+}
+
+void print_stages(const CheckpointState& s) {
+  fmt::print("stages:\n");
+  const size_t width = name_width(s);
+  std::set<int> layers_with_factors, layers;
+  for (const auto& f : s.factors) layers_with_factors.insert(f.layer), layers.insert(f.layer);
+  for (const auto& t : s.tables) {
+    const auto amax_done = std::count_if(t.amax_chunks.begin(), t.amax_chunks.end(), [](const AmaxRecord& a) { return a.done != 0; });
+    fmt::print("  {:<{}}  amax {}/{} chunks\n", t.tensor, width, amax_done, t.amax_chunks.size());
+    if (const auto layer = layer_of(t.tensor)) layers.insert(*layer);
+  }
+  std::string factors;
+  for (int layer : layers)
+    factors += fmt::format("{}layer {} {}", factors.empty() ? "" : ", ", layer, layers_with_factors.count(layer) ? "present" : "absent");
+  fmt::print("  gptq factors: {}\n", factors.empty() ? "none" : factors);
+}
+
+Progress print_chunks(const CheckpointState& s) {
+  fmt::print("chunks:\n");
+  const size_t width = name_width(s);
+  Progress total;
+  for (const auto& t : s.tables) {
+    const Progress p = progress_of(t);
+    fmt::print("  {:<{}}  {}/{} chunks  {:.1f}%  {}/{} rows\n", t.tensor, width, p.chunks_done, p.chunks,
+               percent(p.chunks_done, p.chunks), p.rows_done, p.rows);
+    total.chunks_done += p.chunks_done, total.chunks += p.chunks;
+    total.rows_done += p.rows_done, total.rows += p.rows, total.chunk_seconds += p.chunk_seconds;
+  }
+  fmt::print("  {:<{}}  {}/{} chunks  {:.1f}%  {}/{} rows\n", "total", width, total.chunks_done, total.chunks,
+             percent(total.chunks_done, total.chunks), total.rows_done, total.rows);
+  return total;
+}
+
+void print_rates(const CheckpointState& s, const Progress& total) {
+  fmt::print("elapsed: {}\n", duration(s.elapsed_seconds));
+  const double chunk_rate = total.chunk_seconds > 0 ? double(total.rows_done) / total.chunk_seconds : 0;
+  const double wall_rate = s.elapsed_seconds > 0 ? double(total.rows_done) / s.elapsed_seconds : 0;
+  fmt::print("rows/s: {:.0f} per chunk-second (done rows / sum of chunk times), {:.0f} wall\n", chunk_rate, wall_rate);
+  const uint64_t remaining = total.rows - std::min(total.rows, total.rows_done);
+  if (remaining == 0)
+    fmt::print("eta: done\n");
+  else if (wall_rate > 0)
+    fmt::print("eta: {} ({} rows left at the wall rate)\n", duration(double(remaining) / wall_rate), remaining);
+  else
+    fmt::print("eta: unknown ({} rows left, no rate yet)\n", remaining);
+}
+
+void print_finished(const CheckpointState& s) {
+  std::string steps;
+  for (const auto& step : s.finished) steps += (steps.empty() ? "" : ", ") + step;
+  fmt::print("finished: {}\n", steps.empty() ? "(none)" : steps);
+}
+
+} // namespace
+
+int cmd_status(const StatusArgs& args) {
+  const auto loaded = load_checkpoint(args.checkpoint);
+  if (!loaded) throw PipelineError("no checkpoint at " + args.checkpoint + " (nor " + args.checkpoint + ".prev)");
+  print_header(args.checkpoint, *loaded);
+  print_stages(loaded->state);
+  const Progress total = print_chunks(loaded->state);
+  print_rates(loaded->state, total);
+  print_finished(loaded->state);
+  std::fflush(stdout);
+  return kExitOk;
+}
 
 } // namespace shardq

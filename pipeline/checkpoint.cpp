@@ -1,0 +1,775 @@
+// HDF5 run checkpoint: layout, crash-atomic save, checked load with fallback.
+//
+// Layout (h5dump shows it; libver bounds v18 so metadata blocks carry HDF5's own
+// checksums and 1.8+ tools read it):
+//   /                      attrs format_version u32, generation u64, checksum u64,
+//                          elapsed_seconds f64, updated_unix i64
+//   /fingerprint           one string attribute per field, in creation order
+//   /tables                attr count u64; /tables/<i> attrs tensor, rows, rows_per_chunk
+//     amax_done u8[a], amax f32[a], chunk_state u8[n], chunk_checksum u64[n],
+//     chunk_seconds f64[n], chunk_stats/{rows, blocks, zero_blocks, scale_underflows u64[n],
+//     candidate_wins u64[n,16], error_sq, reference_sq, weighted_error_sq,
+//     weighted_reference_sq u64[n,2] (ExactSum: high, low words)}
+//   /factors               attr layers i32[k] (order); /factors/<layer>/{gram, upper} f64[24,256,256]
+//   /finished              fixed-length strings [m]
+#include "pipeline/checkpoint.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <utility>
+
+namespace shardq {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------- HDF5 plumbing
+
+void init_hdf5() {
+  static const bool done = [] {
+#if !H5_VERSION_GE(1, 10, 7)
+    // No H5Pset_file_locking before 1.10.7: the variable is read when the library starts.
+    setenv("HDF5_USE_FILE_LOCKING", "FALSE", 0);
+#endif
+    H5open();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); // errors become PipelineError, not stderr
+    return true;
+  }();
+  (void)done;
+}
+
+herr_t take_most_specific(unsigned n, const H5E_error2_t* err, void* out) {
+  if (n == 0) *static_cast<std::string*>(out) = err->desc ? err->desc : "";
+  return 0;
+}
+
+// The innermost message of HDF5's error stack (e.g. "truncated file: eof = ..."), then cleared.
+std::string hdf5_reason() {
+  std::string reason;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, take_most_specific, &reason);
+  H5Eclear2(H5E_DEFAULT);
+  return reason.empty() ? "HDF5 error" : reason;
+}
+
+// An HDF5 identifier closed at scope end with its matching close function.
+class Hid {
+ public:
+  Hid(hid_t id, herr_t (*closer)(hid_t)) : id_(id), closer_(closer) {}
+  Hid(Hid&& other) noexcept : id_(std::exchange(other.id_, -1)), closer_(other.closer_) {}
+  Hid& operator=(Hid&& other) noexcept {
+    std::swap(id_, other.id_);
+    std::swap(closer_, other.closer_);
+    return *this;
+  }
+  ~Hid() {
+    if (id_ >= 0) closer_(id_);
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  herr_t close() { // for the file: its close flushes, and that result matters
+    const herr_t status = closer_(std::exchange(id_, -1));
+    return status;
+  }
+
+ private:
+  hid_t id_;
+  herr_t (*closer_)(hid_t);
+};
+
+template <class T> struct H5Types;
+template <> struct H5Types<uint8_t> {
+  static hid_t mem() { return H5T_NATIVE_UINT8; }
+  static hid_t file() { return H5T_STD_U8LE; }
+};
+template <> struct H5Types<uint32_t> {
+  static hid_t mem() { return H5T_NATIVE_UINT32; }
+  static hid_t file() { return H5T_STD_U32LE; }
+};
+template <> struct H5Types<int32_t> {
+  static hid_t mem() { return H5T_NATIVE_INT32; }
+  static hid_t file() { return H5T_STD_I32LE; }
+};
+template <> struct H5Types<uint64_t> {
+  static hid_t mem() { return H5T_NATIVE_UINT64; }
+  static hid_t file() { return H5T_STD_U64LE; }
+};
+template <> struct H5Types<int64_t> {
+  static hid_t mem() { return H5T_NATIVE_INT64; }
+  static hid_t file() { return H5T_STD_I64LE; }
+};
+template <> struct H5Types<float> {
+  static hid_t mem() { return H5T_NATIVE_FLOAT; }
+  static hid_t file() { return H5T_IEEE_F32LE; }
+};
+template <> struct H5Types<double> {
+  static hid_t mem() { return H5T_NATIVE_DOUBLE; }
+  static hid_t file() { return H5T_IEEE_F64LE; }
+};
+
+Hid file_access_plist() {
+  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+#if H5_VERSION_GE(1, 10, 7)
+  H5Pset_file_locking(fapl.get(), false, true); // NFS, and status reading during a run
+#endif
+  return fapl;
+}
+
+Hid string_type(size_t size) {
+  Hid type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), size);
+  H5Tset_strpad(type.get(), H5T_STR_NULLTERM);
+  H5Tset_cset(type.get(), H5T_CSET_UTF8);
+  return type;
+}
+
+// Writes one file; every failure names the file and the object.
+class Writer {
+ public:
+  explicit Writer(const fs::path& path) : path_(path.string()), file_(-1, H5Fclose) {
+    Hid fapl = file_access_plist();
+    file_ = Hid(H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+    if (!file_.ok()) fail("/", "cannot create the file");
+  }
+
+  hid_t root() const { return file_.get(); }
+
+  Hid group(hid_t parent, const std::string& name, bool ordered_attributes = false) {
+    Hid gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose);
+    if (ordered_attributes) H5Pset_attr_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+    Hid group(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose);
+    if (!group.ok()) fail(name, "cannot create the group");
+    return group;
+  }
+
+  template <class T> void scalar_attr(hid_t obj, const std::string& name, T value) {
+    Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+    write_attr(obj, name, H5Types<T>::file(), H5Types<T>::mem(), space.get(), &value);
+  }
+
+  template <class T> void array_attr(hid_t obj, const std::string& name, const std::vector<T>& values) {
+    const hsize_t dims[1] = {values.size()};
+    Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    write_attr(obj, name, H5Types<T>::file(), H5Types<T>::mem(), space.get(), values.data());
+  }
+
+  void string_attr(hid_t obj, const std::string& name, const std::string& value) {
+    Hid type = string_type(value.size() + 1);
+    Hid space(H5Screate(H5S_SCALAR), H5Sclose);
+    write_attr(obj, name, type.get(), type.get(), space.get(), value.c_str());
+  }
+
+  template <class T>
+  void dataset(hid_t parent, const std::string& name, const std::vector<T>& values, std::vector<hsize_t> dims = {}) {
+    if (dims.empty()) dims = {values.size()};
+    Hid space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+    write_dataset(parent, name, H5Types<T>::file(), H5Types<T>::mem(), space.get(), values.data(), values.empty());
+  }
+
+  void string_dataset(hid_t parent, const std::string& name, const std::vector<std::string>& values) {
+    size_t width = 1;
+    for (const auto& v : values) width = std::max(width, v.size() + 1);
+    std::vector<char> packed(values.size() * width, '\0');
+    for (size_t i = 0; i < values.size(); ++i) std::memcpy(&packed[i * width], values[i].data(), values[i].size());
+    Hid type = string_type(width);
+    const hsize_t dims[1] = {values.size()};
+    Hid space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    write_dataset(parent, name, type.get(), type.get(), space.get(), packed.data(), values.empty());
+  }
+
+  void close() {
+    if (file_.close() < 0) fail("/", "cannot close (flush) the file");
+  }
+
+  [[noreturn]] void fail(const std::string& object, const std::string& what) const {
+    throw PipelineError("checkpoint " + path_ + ": " + object + ": " + what + " (" + hdf5_reason() + ")");
+  }
+
+ private:
+  void write_attr(hid_t obj, const std::string& name, hid_t ftype, hid_t mtype, hid_t space, const void* data) {
+    Hid attr(H5Acreate2(obj, name.c_str(), ftype, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    if (!attr.ok()) fail("attribute '" + name + "'", "cannot create");
+    const bool empty = H5Sget_simple_extent_npoints(space) == 0; // HDF5 refuses a null buffer even then
+    if (!empty && H5Awrite(attr.get(), mtype, data) < 0) fail("attribute '" + name + "'", "cannot write");
+  }
+
+  void write_dataset(hid_t parent, const std::string& name, hid_t ftype, hid_t mtype, hid_t space, const void* data,
+                     bool empty) {
+    Hid set(H5Dcreate2(parent, name.c_str(), ftype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    if (!set.ok()) fail(name, "cannot create the dataset");
+    if (!empty && H5Dwrite(set.get(), mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) fail(name, "cannot write");
+  }
+
+  std::string path_;
+  Hid file_;
+};
+
+// Reads one file; shapes are checked before any buffer is sized from them.
+class Reader {
+ public:
+  explicit Reader(const fs::path& path) : path_(path.string()), file_(-1, H5Fclose) {
+    Hid fapl = file_access_plist();
+    file_ = Hid(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+    if (!file_.ok()) fail("/", "not a readable HDF5 file");
+  }
+
+  hid_t root() const { return file_.get(); }
+
+  Hid group(hid_t parent, const std::string& name) {
+    Hid group(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!group.ok()) fail(name, "missing group");
+    return group;
+  }
+
+  template <class T> T scalar_attr(hid_t obj, const std::string& name) {
+    Hid attr = open_attr(obj, name);
+    T value{};
+    if (H5Aread(attr.get(), H5Types<T>::mem(), &value) < 0) fail("attribute '" + name + "'", "cannot read");
+    return value;
+  }
+
+  template <class T> std::vector<T> array_attr(hid_t obj, const std::string& name) {
+    Hid attr = open_attr(obj, name);
+    Hid space(H5Aget_space(attr.get()), H5Sclose);
+    std::vector<T> values(extent_1d(space.get(), "attribute '" + name + "'"));
+    if (!values.empty() && H5Aread(attr.get(), H5Types<T>::mem(), values.data()) < 0)
+      fail("attribute '" + name + "'", "cannot read");
+    return values;
+  }
+
+  std::string string_attr(hid_t obj, const std::string& name) {
+    Hid attr = open_attr(obj, name);
+    Hid type(H5Aget_type(attr.get()), H5Tclose);
+    const size_t width = fixed_string_width(type.get(), "attribute '" + name + "'");
+    std::vector<char> buffer(width, '\0');
+    if (H5Aread(attr.get(), type.get(), buffer.data()) < 0) fail("attribute '" + name + "'", "cannot read");
+    return std::string(buffer.data(), strnlen(buffer.data(), width));
+  }
+
+  // A dataset of shape {n, tail...}: checks rank and tail, returns the values and n.
+  template <class T>
+  std::vector<T> dataset(hid_t parent, const std::string& name, const std::vector<hsize_t>& tail = {},
+                         hsize_t* leading = nullptr) {
+    Hid set = open_dataset(parent, name);
+    const hsize_t count = element_count(set.get(), name, tail, leading);
+    std::vector<T> values(count);
+    if (count > 0 && H5Dread(set.get(), H5Types<T>::mem(), H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+      fail(name, "cannot read");
+    return values;
+  }
+
+  std::vector<std::string> string_dataset(hid_t parent, const std::string& name) {
+    Hid set = open_dataset(parent, name);
+    const hsize_t count = element_count(set.get(), name, {}, nullptr);
+    Hid type(H5Dget_type(set.get()), H5Tclose);
+    const size_t width = fixed_string_width(type.get(), name);
+    std::vector<char> packed(count * width, '\0');
+    if (count > 0 && H5Dread(set.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, packed.data()) < 0)
+      fail(name, "cannot read");
+    std::vector<std::string> values;
+    for (hsize_t i = 0; i < count; ++i) values.emplace_back(&packed[i * width], strnlen(&packed[i * width], width));
+    return values;
+  }
+
+  [[noreturn]] void fail(const std::string& object, const std::string& what) const {
+    throw PipelineError(path_ + ": " + object + ": " + what + " (" + hdf5_reason() + ")");
+  }
+
+ private:
+  Hid open_attr(hid_t obj, const std::string& name) {
+    Hid attr(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+    if (!attr.ok()) fail("attribute '" + name + "'", "missing");
+    return attr;
+  }
+
+  Hid open_dataset(hid_t parent, const std::string& name) {
+    Hid set(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!set.ok()) fail(name, "missing dataset");
+    return set;
+  }
+
+  hsize_t extent_1d(hid_t space, const std::string& object) {
+    hsize_t dims[1] = {0};
+    if (H5Sget_simple_extent_ndims(space) != 1 || H5Sget_simple_extent_dims(space, dims, nullptr) != 1)
+      fail(object, "expected one dimension");
+    return dims[0];
+  }
+
+  hsize_t element_count(hid_t set, const std::string& name, const std::vector<hsize_t>& tail, hsize_t* leading) {
+    Hid space(H5Dget_space(set), H5Sclose);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank != int(tail.size()) + 1) fail(name, "expected rank " + std::to_string(tail.size() + 1));
+    std::vector<hsize_t> dims(size_t(rank), 0);
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    hsize_t count = dims[0];
+    for (size_t i = 0; i < tail.size(); ++i) {
+      if (dims[i + 1] != tail[i]) fail(name, "dimension " + std::to_string(i + 1) + " is " + std::to_string(dims[i + 1]) + ", expected " + std::to_string(tail[i]));
+      count *= tail[i];
+    }
+    if (leading) *leading = dims[0];
+    return count;
+  }
+
+  size_t fixed_string_width(hid_t type, const std::string& object) {
+    if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) != 0) fail(object, "expected a fixed-length string");
+    return H5Tget_size(type);
+  }
+
+  std::string path_;
+  Hid file_;
+};
+
+// ---------------------------------------------------------------- canonical checksum
+
+// Feeds fixed-width little-endian fields and length-prefixed strings to xxh3-64,
+// buffered so thousands of small fields cost one pass.
+class CanonicalHash {
+ public:
+  static_assert(std::endian::native == std::endian::little, "the canonical form is the native little-endian one");
+  CanonicalHash() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
+  ~CanonicalHash() { XXH3_freeState(state_); }
+  CanonicalHash(const CanonicalHash&) = delete;
+  CanonicalHash& operator=(const CanonicalHash&) = delete;
+
+  template <class T> void value(T v) { bytes(&v, sizeof v); }
+  void text(const std::string& s) {
+    value<uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+  void doubles(const std::vector<double>& v) {
+    value<uint64_t>(v.size());
+    flush();
+    XXH3_64bits_update(state_, v.data(), v.size() * sizeof(double));
+  }
+  uint64_t digest() {
+    flush();
+    return XXH3_64bits_digest(state_);
+  }
+
+ private:
+  void bytes(const void* p, size_t n) {
+    if (buffer_.size() + n > kBuffer) flush();
+    buffer_.append(static_cast<const char*>(p), n);
+  }
+  void flush() {
+    XXH3_64bits_update(state_, buffer_.data(), buffer_.size());
+    buffer_.clear();
+  }
+  static constexpr size_t kBuffer = 1 << 16;
+  XXH3_state_t* state_;
+  std::string buffer_;
+};
+
+void hash_stats(CanonicalHash& h, const ChunkStats& s) {
+  h.value(s.rows);
+  h.value(s.blocks);
+  h.value(s.zero_blocks);
+  h.value(s.scale_underflows);
+  for (uint64_t wins : s.candidate_wins) h.value(wins);
+  for (const ExactSum* sum : {&s.error_sq, &s.reference_sq, &s.weighted_error_sq, &s.weighted_reference_sq}) {
+    h.value(sum->high());
+    h.value(sum->low());
+  }
+}
+
+void hash_table(CanonicalHash& h, const TableRecord& t) {
+  h.text(t.tensor);
+  h.value(t.rows);
+  h.value(t.rows_per_chunk);
+  h.value<uint64_t>(t.amax_chunks.size());
+  for (const auto& a : t.amax_chunks) {
+    h.value(a.done);
+    h.value(a.amax);
+  }
+  h.value<uint64_t>(t.chunks.size());
+  for (const auto& c : t.chunks) {
+    h.value(c.state);
+    h.value(c.checksum);
+    h.value(c.seconds);
+    hash_stats(h, c.stats);
+  }
+}
+
+} // namespace
+
+uint64_t checkpoint_checksum(const CheckpointState& state) {
+  CanonicalHash h;
+  h.text("shardq-checkpoint");
+  h.value(kCheckpointFormatVersion);
+  h.value(state.generation);
+  h.value(state.elapsed_seconds);
+  h.value(state.updated_unix);
+  h.value<uint64_t>(state.fingerprint.size());
+  for (const auto& [field, value] : state.fingerprint) {
+    h.text(field);
+    h.text(value);
+  }
+  h.value<uint64_t>(state.tables.size());
+  for (const auto& t : state.tables) hash_table(h, t);
+  h.value<uint64_t>(state.factors.size());
+  for (const auto& f : state.factors) {
+    h.value<int64_t>(f.layer);
+    h.doubles(f.gram);
+    h.doubles(f.upper);
+  }
+  h.value<uint64_t>(state.finished.size());
+  for (const auto& s : state.finished) h.text(s);
+  return h.digest();
+}
+
+namespace {
+
+// ---------------------------------------------------------------- writing
+
+template <class Record, class Field> auto column(const std::vector<Record>& records, Field field) {
+  std::vector<std::decay_t<decltype(field(records.front()))>> values;
+  values.reserve(records.size());
+  for (const auto& r : records) values.push_back(field(r));
+  return values;
+}
+
+// An ExactSum per chunk as u64 [n, 2]: (high, low) of its 128-bit count of 2^-64.
+template <class Field> std::vector<uint64_t> exact_sum_column(const std::vector<ChunkRecord>& chunks, Field field) {
+  std::vector<uint64_t> parts;
+  parts.reserve(chunks.size() * 2);
+  for (const auto& c : chunks) {
+    parts.push_back(field(c.stats).high());
+    parts.push_back(field(c.stats).low());
+  }
+  return parts;
+}
+
+void write_chunk_stats(Writer& w, hid_t table, const std::vector<ChunkRecord>& chunks) {
+  Hid group = w.group(table, "chunk_stats");
+  const hid_t g = group.get();
+  w.string_attr(g, "sum_encoding", "*_sq: [high, low] u64 words of a 128-bit integer count of 2^-64");
+  w.dataset(g, "rows", column(chunks, [](const ChunkRecord& c) { return c.stats.rows; }));
+  w.dataset(g, "blocks", column(chunks, [](const ChunkRecord& c) { return c.stats.blocks; }));
+  w.dataset(g, "zero_blocks", column(chunks, [](const ChunkRecord& c) { return c.stats.zero_blocks; }));
+  w.dataset(g, "scale_underflows", column(chunks, [](const ChunkRecord& c) { return c.stats.scale_underflows; }));
+  std::vector<uint64_t> wins;
+  wins.reserve(chunks.size() * kMaxMseCandidates);
+  for (const auto& c : chunks) wins.insert(wins.end(), c.stats.candidate_wins.begin(), c.stats.candidate_wins.end());
+  w.dataset(g, "candidate_wins", wins, {chunks.size(), hsize_t(kMaxMseCandidates)});
+  const std::vector<hsize_t> pairs = {chunks.size(), 2};
+  w.dataset(g, "error_sq", exact_sum_column(chunks, [](const ChunkStats& s) { return s.error_sq; }), pairs);
+  w.dataset(g, "reference_sq", exact_sum_column(chunks, [](const ChunkStats& s) { return s.reference_sq; }), pairs);
+  w.dataset(g, "weighted_error_sq", exact_sum_column(chunks, [](const ChunkStats& s) { return s.weighted_error_sq; }), pairs);
+  w.dataset(g, "weighted_reference_sq",
+            exact_sum_column(chunks, [](const ChunkStats& s) { return s.weighted_reference_sq; }), pairs);
+}
+
+void write_table(Writer& w, hid_t tables, size_t index, const TableRecord& t) {
+  Hid group = w.group(tables, std::to_string(index));
+  const hid_t g = group.get();
+  w.string_attr(g, "tensor", t.tensor);
+  w.scalar_attr(g, "rows", t.rows);
+  w.scalar_attr(g, "rows_per_chunk", t.rows_per_chunk);
+  w.dataset(g, "amax_done", column(t.amax_chunks, [](const AmaxRecord& a) { return a.done; }));
+  w.dataset(g, "amax", column(t.amax_chunks, [](const AmaxRecord& a) { return a.amax; }));
+  w.dataset(g, "chunk_state", column(t.chunks, [](const ChunkRecord& c) { return c.state; }));
+  w.dataset(g, "chunk_checksum", column(t.chunks, [](const ChunkRecord& c) { return c.checksum; }));
+  w.dataset(g, "chunk_seconds", column(t.chunks, [](const ChunkRecord& c) { return c.seconds; }));
+  write_chunk_stats(w, g, t.chunks);
+}
+
+void write_factors(Writer& w, const std::vector<FactorRecord>& factors) {
+  Hid group = w.group(w.root(), "factors");
+  w.array_attr(group.get(), "layers", column(factors, [](const FactorRecord& f) { return int32_t(f.layer); }));
+  const std::vector<hsize_t> shape = {kFactorColumns, kFactorDim, kFactorDim};
+  for (const auto& f : factors) {
+    Hid layer = w.group(group.get(), std::to_string(f.layer));
+    w.dataset(layer.get(), "gram", f.gram, shape);
+    w.dataset(layer.get(), "upper", f.upper, shape);
+  }
+}
+
+void write_generation(const fs::path& path, const CheckpointState& state) {
+  Writer w(path);
+  const hid_t root = w.root();
+  w.scalar_attr(root, "format_version", kCheckpointFormatVersion);
+  w.scalar_attr(root, "generation", state.generation);
+  w.scalar_attr(root, "checksum", checkpoint_checksum(state));
+  w.scalar_attr(root, "elapsed_seconds", state.elapsed_seconds);
+  w.scalar_attr(root, "updated_unix", state.updated_unix);
+  {
+    Hid fingerprint = w.group(root, "fingerprint", /*ordered_attributes=*/true);
+    for (const auto& [field, value] : state.fingerprint) w.string_attr(fingerprint.get(), field, value);
+  }
+  {
+    Hid tables = w.group(root, "tables");
+    w.scalar_attr<uint64_t>(tables.get(), "count", state.tables.size());
+    for (size_t i = 0; i < state.tables.size(); ++i) write_table(w, tables.get(), i, state.tables[i]);
+  }
+  write_factors(w, state.factors);
+  w.string_dataset(root, "finished", state.finished);
+  w.close();
+}
+
+// What HDF5 cannot store faithfully or this format does not allow, refused before writing.
+void validate_for_save(const fs::path& path, const CheckpointState& state) {
+  const auto refuse = [&](const std::string& what) { throw PipelineError("checkpoint " + path.string() + ": " + what); };
+  const auto check_text = [&](const std::string& s, const std::string& what) {
+    if (s.find('\0') != std::string::npos) refuse(what + " contains a NUL byte");
+  };
+  std::set<std::string> fields;
+  for (const auto& [field, value] : state.fingerprint) {
+    if (field.empty() || !fields.insert(field).second) refuse("fingerprint field '" + field + "' is empty or repeated");
+    check_text(field, "fingerprint field");
+    check_text(value, "fingerprint field '" + field + "'");
+  }
+  for (const auto& t : state.tables) check_text(t.tensor, "table name");
+  for (const auto& s : state.finished) check_text(s, "finished step");
+  std::set<int> layers;
+  for (const auto& f : state.factors) {
+    if (!layers.insert(f.layer).second) refuse("factors of layer " + std::to_string(f.layer) + " appear twice");
+    if (f.gram.size() != kFactorValues || f.upper.size() != kFactorValues)
+      refuse("factors of layer " + std::to_string(f.layer) + " have " + std::to_string(f.gram.size()) + " / " +
+             std::to_string(f.upper.size()) + " values, expected " + std::to_string(kFactorValues));
+  }
+}
+
+// ---------------------------------------------------------------- durability
+
+void fsync_path(const fs::path& path, int flags, const std::string& what) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) throw PipelineError("checkpoint: cannot open " + what + " " + path.string() + " to fsync: " + std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  const bool closed = ::close(fd) == 0; // NFS reports write errors at close
+  if (!synced || !closed)
+    throw PipelineError("checkpoint: fsync of " + what + " " + path.string() + " failed: " +
+                        std::strerror(synced ? errno : sync_errno));
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    throw PipelineError("checkpoint: cannot rename " + from.string() + " to " + to.string() + ": " + std::strerror(errno));
+}
+
+fs::path with_suffix(const fs::path& path, const char* suffix) { return fs::path(path.string() + suffix); }
+
+// Makes <path>.prev the current generation while <path> stays in place: a hard link
+// renamed over .prev. Where hard links are not supported, <path> itself moves to .prev
+// (then, until the next rename, only .prev exists, which load_checkpoint accepts).
+void keep_previous(const fs::path& path) {
+  if (!fs::exists(path)) return;
+  const fs::path prev = with_suffix(path, ".prev");
+  const fs::path link = with_suffix(path, ".prev.tmp");
+  ::unlink(link.c_str());
+  if (::link(path.c_str(), link.c_str()) == 0) {
+    rename_or_throw(link, prev);
+    return;
+  }
+  rename_or_throw(path, prev);
+}
+
+fs::path parent_folder(const fs::path& path) { return path.has_parent_path() ? path.parent_path() : fs::path("."); }
+
+// ---------------------------------------------------------------- reading
+
+std::vector<std::pair<std::string, std::string>> read_fingerprint(Reader& r) {
+  Hid group = r.group(r.root(), "fingerprint");
+  std::vector<std::string> names;
+  const auto collect = [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
+    static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+    return 0;
+  };
+  if (H5Aiterate2(group.get(), H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr, collect, &names) < 0)
+    r.fail("fingerprint", "cannot list the fields");
+  std::vector<std::pair<std::string, std::string>> fingerprint;
+  for (const auto& name : names) fingerprint.emplace_back(name, r.string_attr(group.get(), name));
+  return fingerprint;
+}
+
+void read_chunk_stats(Reader& r, hid_t table, const std::string& where, std::vector<ChunkRecord>& chunks) {
+  Hid group = r.group(table, "chunk_stats");
+  const hid_t g = group.get();
+  const size_t n = chunks.size();
+  // One dataset of shape [n, columns...]; the leading length must be the chunk count.
+  const auto per_chunk = [&](const char* name, std::vector<hsize_t> tail) {
+    hsize_t leading = 0;
+    auto values = r.dataset<uint64_t>(g, name, tail, &leading);
+    if (leading != n) r.fail(where + "/chunk_stats/" + name, "expected " + std::to_string(n) + " chunks");
+    return values;
+  };
+  const auto rows = per_chunk("rows", {});
+  const auto blocks = per_chunk("blocks", {});
+  const auto zero_blocks = per_chunk("zero_blocks", {});
+  const auto underflows = per_chunk("scale_underflows", {});
+  const auto wins = per_chunk("candidate_wins", {hsize_t(kMaxMseCandidates)});
+  const auto error_sq = per_chunk("error_sq", {2});
+  const auto reference_sq = per_chunk("reference_sq", {2});
+  const auto weighted_error_sq = per_chunk("weighted_error_sq", {2});
+  const auto weighted_reference_sq = per_chunk("weighted_reference_sq", {2});
+  for (size_t i = 0; i < n; ++i) {
+    ChunkStats& s = chunks[i].stats;
+    s.rows = rows[i];
+    s.blocks = blocks[i];
+    s.zero_blocks = zero_blocks[i];
+    s.scale_underflows = underflows[i];
+    std::copy_n(&wins[i * kMaxMseCandidates], kMaxMseCandidates, s.candidate_wins.begin());
+    s.error_sq = ExactSum::from_parts(error_sq[2 * i], error_sq[2 * i + 1]);
+    s.reference_sq = ExactSum::from_parts(reference_sq[2 * i], reference_sq[2 * i + 1]);
+    s.weighted_error_sq = ExactSum::from_parts(weighted_error_sq[2 * i], weighted_error_sq[2 * i + 1]);
+    s.weighted_reference_sq = ExactSum::from_parts(weighted_reference_sq[2 * i], weighted_reference_sq[2 * i + 1]);
+  }
+}
+
+TableRecord read_table(Reader& r, hid_t tables, size_t index) {
+  const std::string name = std::to_string(index), where = "/tables/" + name;
+  Hid group = r.group(tables, name);
+  const hid_t g = group.get();
+  TableRecord t;
+  t.tensor = r.string_attr(g, "tensor");
+  t.rows = r.scalar_attr<uint64_t>(g, "rows");
+  t.rows_per_chunk = r.scalar_attr<uint64_t>(g, "rows_per_chunk");
+  const auto amax_done = r.dataset<uint8_t>(g, "amax_done");
+  const auto amax = r.dataset<float>(g, "amax");
+  if (amax.size() != amax_done.size()) r.fail(where + "/amax", "length differs from amax_done");
+  for (size_t i = 0; i < amax.size(); ++i) t.amax_chunks.push_back({amax_done[i], amax[i]});
+  const auto state = r.dataset<uint8_t>(g, "chunk_state");
+  const auto checksum = r.dataset<uint64_t>(g, "chunk_checksum");
+  const auto seconds = r.dataset<double>(g, "chunk_seconds");
+  if (checksum.size() != state.size() || seconds.size() != state.size())
+    r.fail(where, "chunk_state, chunk_checksum and chunk_seconds differ in length");
+  t.chunks.resize(state.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    t.chunks[i].state = state[i];
+    t.chunks[i].checksum = checksum[i];
+    t.chunks[i].seconds = seconds[i];
+  }
+  read_chunk_stats(r, g, where, t.chunks);
+  return t;
+}
+
+std::vector<FactorRecord> read_factors(Reader& r) {
+  Hid group = r.group(r.root(), "factors");
+  const std::vector<hsize_t> tail = {kFactorDim, kFactorDim};
+  std::vector<FactorRecord> factors;
+  for (int32_t layer : r.array_attr<int32_t>(group.get(), "layers")) {
+    Hid g = r.group(group.get(), std::to_string(layer));
+    FactorRecord f;
+    f.layer = layer;
+    hsize_t columns = 0, upper_columns = 0;
+    f.gram = r.dataset<double>(g.get(), "gram", tail, &columns);
+    f.upper = r.dataset<double>(g.get(), "upper", tail, &upper_columns);
+    if (columns != kFactorColumns || upper_columns != kFactorColumns)
+      r.fail("/factors/" + std::to_string(layer), "expected " + std::to_string(kFactorColumns) + " columns");
+    factors.push_back(std::move(f));
+  }
+  return factors;
+}
+
+// One generation, whole and checksum-verified, or a PipelineError saying what is wrong.
+CheckpointState read_generation(const fs::path& path) {
+  Reader r(path);
+  const hid_t root = r.root();
+  const auto version = r.scalar_attr<uint32_t>(root, "format_version");
+  if (version != kCheckpointFormatVersion)
+    throw PipelineError(path.string() + ": format version " + std::to_string(version) + ", this shardq reads " +
+                        std::to_string(kCheckpointFormatVersion));
+  CheckpointState state;
+  state.generation = r.scalar_attr<uint64_t>(root, "generation");
+  state.elapsed_seconds = r.scalar_attr<double>(root, "elapsed_seconds");
+  state.updated_unix = r.scalar_attr<int64_t>(root, "updated_unix");
+  const auto stored_checksum = r.scalar_attr<uint64_t>(root, "checksum");
+  state.fingerprint = read_fingerprint(r);
+  {
+    Hid tables = r.group(root, "tables");
+    const auto count = r.scalar_attr<uint64_t>(tables.get(), "count");
+    for (uint64_t i = 0; i < count; ++i) state.tables.push_back(read_table(r, tables.get(), i));
+  }
+  state.factors = read_factors(r);
+  state.finished = r.string_dataset(root, "finished");
+  const uint64_t content_checksum = checkpoint_checksum(state);
+  if (content_checksum != stored_checksum) {
+    char buffer[96];
+    std::snprintf(buffer, sizeof buffer, "checksum mismatch: stored %016llx, content %016llx",
+                  (unsigned long long)stored_checksum, (unsigned long long)content_checksum);
+    throw PipelineError(path.string() + ": " + buffer);
+  }
+  return state;
+}
+
+struct Attempt {
+  std::optional<CheckpointState> state;
+  std::string problem; // "missing" or what is wrong
+};
+
+Attempt try_read(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return {std::nullopt, path.string() + ": missing"};
+  try {
+    return {read_generation(path), ""};
+  } catch (const PipelineError& e) {
+    return {std::nullopt, e.what()};
+  }
+}
+
+} // namespace
+
+void save_checkpoint(const fs::path& path, const CheckpointState& state) {
+  init_hdf5();
+  validate_for_save(path, state);
+  const fs::path tmp = with_suffix(path, ".tmp");
+  ::unlink(tmp.c_str());
+  try {
+    write_generation(tmp, state);
+    fsync_path(tmp, O_RDONLY, "file");
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  keep_previous(path);
+  rename_or_throw(tmp, path);
+  fsync_path(parent_folder(path), O_RDONLY | O_DIRECTORY, "folder");
+}
+
+std::optional<LoadResult> load_checkpoint(const fs::path& path) {
+  init_hdf5();
+  const fs::path prev = with_suffix(path, ".prev");
+  std::error_code ec;
+  if (!fs::exists(path, ec) && !fs::exists(prev, ec)) return std::nullopt;
+  Attempt newest = try_read(path);
+  if (newest.state) return LoadResult{std::move(*newest.state), false, ""};
+  Attempt previous = try_read(prev);
+  if (previous.state) {
+    std::string note = "newest generation unusable (" + newest.problem + "); using the previous one, " +
+                       prev.string() + " (generation " + std::to_string(previous.state->generation) + ")";
+    return LoadResult{std::move(*previous.state), true, std::move(note)};
+  }
+  throw PipelineError("checkpoint " + path.string() + " is corrupt (" + newest.problem + "; " + previous.problem +
+                      "); use --fresh to start over");
+}
+
+std::string fingerprint_mismatch(const CheckpointState& stored,
+                                 const std::vector<std::pair<std::string, std::string>>& current) {
+  const auto value_in = [](const std::vector<std::pair<std::string, std::string>>& fields,
+                           const std::string& name) -> std::optional<std::string> {
+    for (const auto& [field, value] : fields)
+      if (field == name) return value;
+    return std::nullopt;
+  };
+  const std::string prefix = "checkpoint belongs to another job: field '";
+  for (const auto& [field, now] : current) {
+    const auto then = value_in(stored.fingerprint, field);
+    if (!then) return prefix + field + "' is missing in the checkpoint but " + now + " now";
+    if (*then != now) return prefix + field + "' is " + *then + " in the checkpoint but " + now + " now";
+  }
+  for (const auto& [field, then] : stored.fingerprint)
+    if (!value_in(current, field)) return prefix + field + "' is " + then + " in the checkpoint but missing now";
+  return "";
+}
+
+} // namespace shardq

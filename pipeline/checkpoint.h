@@ -1,0 +1,106 @@
+// The run checkpoint (DESIGN.md "Checkpoint and resume"): one HDF5 file written whole by
+// rank 0 at every save, crash-atomic, with the previous generation kept as a fallback.
+//
+// Files: <path> (newest), <path>.prev (the generation before), <path>.tmp (a save in
+// progress, never read). Each carries a format_version and a checksum attribute
+// (xxh3-64 over a canonical serialization of the content), so a torn or bit-flipped
+// generation is detected and the other one is used.
+//
+// HDF5 file locking is turned off for every open (H5Pset_file_locking, or
+// HDF5_USE_FILE_LOCKING=FALSE on older libraries): locking fails on many NFS mounts, and
+// `shardq status` must read the file while a run replaces it. Safety comes from never
+// modifying a file in place: a save writes a new file and renames it over the old one.
+//
+// Serial HDF5 is not thread-safe: call these from one thread (rank 0's main thread).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipeline/pipeline_error.h"
+#include "stages/chunk_stats.h"
+
+namespace shardq {
+
+inline constexpr uint32_t kCheckpointFormatVersion = 1;
+// GPTQ factors: one 256x256 matrix per hash column, 24 columns per Engram layer (GPTQ.md).
+inline constexpr size_t kFactorColumns = 24;
+inline constexpr size_t kFactorDim = 256;
+inline constexpr size_t kFactorValues = kFactorColumns * kFactorDim * kFactorDim;
+
+inline constexpr uint8_t kChunkPending = 0;
+inline constexpr uint8_t kChunkDone = 1;
+
+struct ChunkRecord {
+  uint8_t state = kChunkPending; // kChunkPending or kChunkDone
+  uint64_t checksum = 0;         // xxh3-64 of the chunk's output bytes
+  ChunkStats stats;
+  double seconds = 0;            // time spent on the chunk
+  bool operator==(const ChunkRecord&) const = default;
+};
+
+// A chunk's partial amax: the exact max, so the table's amax does not depend on order.
+struct AmaxRecord {
+  uint8_t done = 0;
+  float amax = 0;
+  bool operator==(const AmaxRecord&) const = default;
+};
+
+struct TableRecord {
+  std::string tensor;
+  uint64_t rows = 0;
+  uint64_t rows_per_chunk = 0;
+  std::vector<AmaxRecord> amax_chunks;
+  std::vector<ChunkRecord> chunks;
+  bool operator==(const TableRecord&) const = default;
+};
+
+struct FactorRecord {
+  int layer = 0;
+  std::vector<double> gram;  // kFactorValues: H_c for c = 0..23, row-major [24,256,256]
+  std::vector<double> upper; // kFactorValues: U_c, upper Cholesky factor of H_c^-1
+  bool operator==(const FactorRecord&) const = default;
+};
+
+struct CheckpointState {
+  // Ordered fields that identify the job: job, source headers hash, tool version, ...
+  std::vector<std::pair<std::string, std::string>> fingerprint;
+  std::vector<TableRecord> tables;
+  std::vector<FactorRecord> factors;
+  std::vector<std::string> finished; // finished steps/files: "shard:<name>", "index", ...
+  double elapsed_seconds = 0;
+  uint64_t generation = 0; // stored as given: the caller counts saves
+  int64_t updated_unix = 0;
+  bool operator==(const CheckpointState&) const = default;
+};
+
+struct LoadResult {
+  CheckpointState state;
+  bool fell_back = false; // the newest generation was missing or corrupt; .prev was used
+  std::string note;       // why it fell back (empty otherwise)
+};
+
+// Writes `state` as the newest generation. At every instant of the save (kill -9
+// included) <path> or <path>.prev holds a complete generation. Throws PipelineError
+// naming the path and the object on any HDF5, fsync or rename failure, and for strings
+// with NUL bytes or factors of the wrong size.
+void save_checkpoint(const std::filesystem::path& path, const CheckpointState& state);
+
+// nullopt when neither <path> nor <path>.prev exists. A corrupt newest generation falls
+// back to .prev (fell_back, note); throws PipelineError "... is corrupt (...); use --fresh
+// to start over" when no complete generation is left.
+std::optional<LoadResult> load_checkpoint(const std::filesystem::path& path);
+
+// "" when the fingerprints are equal; otherwise a message naming the first field that
+// differs (or is missing on one side) with both values.
+std::string fingerprint_mismatch(const CheckpointState& stored,
+                                 const std::vector<std::pair<std::string, std::string>>& current);
+
+// xxh3-64 over the canonical serialization of every field (the stored checksum).
+uint64_t checkpoint_checksum(const CheckpointState& state);
+
+} // namespace shardq

@@ -1,0 +1,372 @@
+// The HDF5 run checkpoint: round trip, refusal of other jobs, and a complete generation
+// after any interrupted save, torn file or flipped byte (RELIABILITY.md "Checkpoints").
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "pipeline/checkpoint.h"
+
+using namespace shardq;
+namespace fs = std::filesystem;
+
+namespace {
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("shardq_ckpt_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = dir_ / "checkpoint.h5";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_, path_;
+};
+
+ExactSum some_sum(std::mt19937_64& rng) { return ExactSum::from_parts(rng() >> 20, rng()); }
+
+ChunkRecord some_chunk(std::mt19937_64& rng) {
+  ChunkRecord c;
+  c.state = uint8_t(rng() % 2);
+  c.checksum = rng();
+  c.seconds = double(rng() % 100000) / 1000.0;
+  c.stats.rows = rng() % 5000;
+  c.stats.blocks = rng();
+  c.stats.zero_blocks = rng();
+  c.stats.scale_underflows = rng();
+  for (auto& wins : c.stats.candidate_wins) wins = rng();
+  c.stats.error_sq = some_sum(rng);
+  c.stats.reference_sq = some_sum(rng);
+  c.stats.weighted_error_sq = some_sum(rng);
+  c.stats.weighted_reference_sq = some_sum(rng);
+  return c;
+}
+
+TableRecord some_table(std::mt19937_64& rng, const std::string& tensor, size_t chunks) {
+  TableRecord t;
+  t.tensor = tensor;
+  t.rows_per_chunk = 4096;
+  t.rows = chunks * t.rows_per_chunk - (chunks ? 17 : 0);
+  for (size_t i = 0; i < chunks; ++i) {
+    t.amax_chunks.push_back({uint8_t(rng() % 2), float(rng() % 1000000) / 7.0f});
+    t.chunks.push_back(some_chunk(rng));
+  }
+  return t;
+}
+
+FactorRecord some_factors(std::mt19937_64& rng, int layer) {
+  std::uniform_real_distribution<double> value(-3.0, 3.0);
+  FactorRecord f;
+  f.layer = layer;
+  f.gram.resize(kFactorValues);
+  f.upper.resize(kFactorValues);
+  for (double& v : f.gram) v = value(rng);
+  for (double& v : f.upper) v = value(rng);
+  return f;
+}
+
+CheckpointState some_state(uint64_t generation, size_t chunks_per_table = 40, bool factors = false) {
+  std::mt19937_64 rng(generation * 7919 + chunks_per_table);
+  CheckpointState s;
+  // Not alphabetical on purpose: the order is part of the state.
+  s.fingerprint = {{"job", "engram-nvfp4 gptq-mse rows_per_chunk=4096"},
+                   {"source_headers", "9f3a1c2b4d5e6f70"},
+                   {"tool_version", "0.1.0"},
+                   {"note", ""},
+                   {"dst", "/models/DeepSeek-V4.1-Flash-NVFP4-Engram \xc3\xa9"}};
+  s.tables.push_back(some_table(rng, "layers.1.engram.embed.weight", chunks_per_table));
+  s.tables.push_back(some_table(rng, "layers.14.engram.embed.weight", chunks_per_table / 2 + 1));
+  s.tables.push_back(some_table(rng, "layers.20.engram.embed.weight", 0));
+  if (factors) {
+    s.factors.push_back(some_factors(rng, 14));
+    s.factors.push_back(some_factors(rng, 1));
+  }
+  s.finished = {"shard:model-00005-of-00046.safetensors", "index", "config"};
+  s.elapsed_seconds = 1234.5 + double(generation);
+  s.generation = generation;
+  s.updated_unix = 1750000000 + int64_t(generation);
+  return s;
+}
+
+void truncate_to_half(const fs::path& path) { fs::resize_file(path, fs::file_size(path) / 2); }
+
+void write_bytes(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+void flip_byte(const fs::path& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = char(c ^ 0x5A);
+  f.seekp(std::streamoff(offset));
+  f.write(&c, 1);
+}
+
+// Where HDF5 put a dataset's raw values, read with the HDF5 API, not with our reader.
+uint64_t raw_data_offset(const fs::path& path, const char* dataset) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t set = H5Dopen2(file, dataset, H5P_DEFAULT);
+  const haddr_t offset = H5Dget_offset(set);
+  H5Dclose(set);
+  H5Fclose(file);
+  return offset;
+}
+
+} // namespace
+
+TEST_F(CheckpointTest, RoundTripKeepsEveryField) {
+  const CheckpointState saved = some_state(3, 40, /*factors=*/true);
+  save_checkpoint(path_, saved);
+  const auto loaded = load_checkpoint(path_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_FALSE(loaded->fell_back);
+  EXPECT_EQ(loaded->note, "");
+  const CheckpointState& s = loaded->state;
+  EXPECT_EQ(s.fingerprint, saved.fingerprint);
+  ASSERT_EQ(s.tables.size(), 3u);
+  EXPECT_EQ(s.tables[0], saved.tables[0]);
+  EXPECT_EQ(s.tables[1], saved.tables[1]);
+  EXPECT_EQ(s.tables[2], saved.tables[2]);
+  ASSERT_EQ(s.factors.size(), 2u);
+  EXPECT_EQ(s.factors[0].layer, 14);
+  EXPECT_EQ(s.factors[1].layer, 1);
+  EXPECT_EQ(s.factors, saved.factors);
+  EXPECT_EQ(s.finished, saved.finished);
+  EXPECT_EQ(s.elapsed_seconds, saved.elapsed_seconds);
+  EXPECT_EQ(s.generation, 3u);
+  EXPECT_EQ(s.updated_unix, saved.updated_unix);
+  EXPECT_EQ(s, saved);
+  EXPECT_FALSE(fs::exists(fs::path(path_.string() + ".tmp")));
+}
+
+TEST_F(CheckpointTest, EmptyStateRoundTrips) {
+  const CheckpointState empty;
+  save_checkpoint(path_, empty);
+  const auto loaded = load_checkpoint(path_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->state, empty);
+}
+
+TEST_F(CheckpointTest, FileHoldsTheDocumentedLayout) {
+  save_checkpoint(path_, some_state(5));
+  const hid_t file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  uint32_t version = 0;
+  uint64_t generation = 0;
+  const hid_t version_attr = H5Aopen(file, "format_version", H5P_DEFAULT);
+  H5Aread(version_attr, H5T_NATIVE_UINT32, &version);
+  H5Aclose(version_attr);
+  const hid_t generation_attr = H5Aopen(file, "generation", H5P_DEFAULT);
+  H5Aread(generation_attr, H5T_NATIVE_UINT64, &generation);
+  H5Aclose(generation_attr);
+  EXPECT_EQ(version, kCheckpointFormatVersion);
+  EXPECT_EQ(generation, 5u);
+  EXPECT_GT(H5Aexists(file, "checksum"), 0);
+  EXPECT_GT(H5Lexists(file, "/tables/0/chunk_stats/candidate_wins", H5P_DEFAULT), 0);
+  EXPECT_GT(H5Lexists(file, "/finished", H5P_DEFAULT), 0);
+  const hid_t fingerprint = H5Gopen2(file, "/fingerprint", H5P_DEFAULT);
+  EXPECT_GT(H5Aexists(fingerprint, "source_headers"), 0);
+  H5Gclose(fingerprint);
+  H5Fclose(file);
+}
+
+TEST_F(CheckpointTest, H5dumpReadsTheFile) {
+  if (std::system("command -v h5dump > /dev/null 2>&1") != 0) GTEST_SKIP() << "h5dump not installed";
+  save_checkpoint(path_, some_state(1, 10, /*factors=*/true));
+  const std::string command = "h5dump -H '" + path_.string() + "' > /dev/null 2>&1";
+  EXPECT_EQ(std::system(command.c_str()), 0);
+  const std::string data = "h5dump -d /tables/0/chunk_checksum '" + path_.string() + "' > /dev/null 2>&1";
+  EXPECT_EQ(std::system(data.c_str()), 0);
+}
+
+TEST_F(CheckpointTest, NoCheckpointIsNullopt) { EXPECT_FALSE(load_checkpoint(path_).has_value()); }
+
+TEST_F(CheckpointTest, SaveKeepsThePreviousGeneration) {
+  save_checkpoint(path_, some_state(1));
+  save_checkpoint(path_, some_state(2));
+  save_checkpoint(path_, some_state(3));
+  EXPECT_EQ(load_checkpoint(path_)->state, some_state(3));
+  fs::remove(path_);
+  const auto previous = load_checkpoint(path_);
+  ASSERT_TRUE(previous.has_value());
+  EXPECT_TRUE(previous->fell_back);
+  EXPECT_EQ(previous->state, some_state(2));
+}
+
+TEST_F(CheckpointTest, FingerprintMismatchNamesTheField) {
+  const CheckpointState stored = some_state(1);
+  auto current = stored.fingerprint;
+  EXPECT_EQ(fingerprint_mismatch(stored, current), "");
+  current[1].second = "3a00000000000000";
+  const std::string message = fingerprint_mismatch(stored, current);
+  EXPECT_NE(message.find("another job"), std::string::npos) << message;
+  EXPECT_NE(message.find("'source_headers'"), std::string::npos) << message;
+  EXPECT_NE(message.find("9f3a1c2b4d5e6f70"), std::string::npos) << message;
+  EXPECT_NE(message.find("3a00000000000000"), std::string::npos) << message;
+
+  auto fewer = stored.fingerprint;
+  fewer.pop_back();
+  EXPECT_NE(fingerprint_mismatch(stored, fewer).find("'dst'"), std::string::npos);
+  auto more = stored.fingerprint;
+  more.emplace_back("recipe", "nvfp4-1017");
+  EXPECT_NE(fingerprint_mismatch(stored, more).find("'recipe'"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, TruncatedNewestFallsBackToPrevious) {
+  save_checkpoint(path_, some_state(1));
+  save_checkpoint(path_, some_state(2));
+  truncate_to_half(path_);
+  const auto loaded = load_checkpoint(path_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_TRUE(loaded->fell_back);
+  EXPECT_EQ(loaded->state, some_state(1));
+  EXPECT_NE(loaded->note.find(path_.string()), std::string::npos) << loaded->note;
+  EXPECT_NE(loaded->note.find("previous"), std::string::npos) << loaded->note;
+}
+
+TEST_F(CheckpointTest, FlippedDataByteIsCaughtByTheChecksum) {
+  save_checkpoint(path_, some_state(1));
+  save_checkpoint(path_, some_state(2));
+  flip_byte(path_, raw_data_offset(path_, "/tables/0/chunk_checksum") + 3);
+  const auto loaded = load_checkpoint(path_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_TRUE(loaded->fell_back);
+  EXPECT_EQ(loaded->state, some_state(1));
+  EXPECT_NE(loaded->note.find("checksum mismatch"), std::string::npos) << loaded->note;
+}
+
+// A flipped byte anywhere: the load gives the newest generation intact (the byte was
+// unused) or the previous one, never a changed state and never a crash.
+TEST_F(CheckpointTest, FlippedByteAnywhereNeverYieldsAChangedState) {
+  save_checkpoint(path_, some_state(1, 8));
+  save_checkpoint(path_, some_state(2, 8));
+  const fs::path pristine = dir_ / "pristine.h5";
+  fs::copy_file(path_, pristine);
+  const uint64_t size = fs::file_size(path_);
+  int fell_back = 0, intact = 0;
+  for (uint64_t offset = 0; offset < size; offset += 41) {
+    fs::copy_file(pristine, path_, fs::copy_options::overwrite_existing);
+    flip_byte(path_, offset);
+    const auto loaded = load_checkpoint(path_);
+    ASSERT_TRUE(loaded.has_value()) << offset;
+    if (loaded->fell_back) {
+      ++fell_back;
+      EXPECT_EQ(loaded->state, some_state(1, 8)) << offset;
+    } else {
+      ++intact;
+      EXPECT_EQ(loaded->state, some_state(2, 8)) << offset;
+    }
+  }
+  EXPECT_GT(fell_back, 0);
+  std::printf("[          ] %llu-byte file: %d flips fell back, %d hit unused bytes\n", (unsigned long long)size,
+              fell_back, intact);
+}
+
+TEST_F(CheckpointTest, BothGenerationsCorruptIsAnErrorSuggestingFresh) {
+  save_checkpoint(path_, some_state(1));
+  save_checkpoint(path_, some_state(2));
+  truncate_to_half(path_);
+  write_bytes(fs::path(path_.string() + ".prev"), "not an hdf5 file at all");
+  try {
+    load_checkpoint(path_);
+    FAIL() << "expected a PipelineError";
+  } catch (const PipelineError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path_.string() + " is corrupt"), std::string::npos) << message;
+    EXPECT_NE(message.find("--fresh"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+TEST_F(CheckpointTest, CorruptNewestWithoutPreviousIsAnError) {
+  write_bytes(path_, std::string(4096, '\x42'));
+  EXPECT_THROW(load_checkpoint(path_), PipelineError);
+}
+
+// A kill -9 can stop a save at any step; each leftover state still loads a whole generation.
+TEST_F(CheckpointTest, InterruptedSaveLeavesACompleteGeneration) {
+  const fs::path tmp(path_.string() + ".tmp"), prev(path_.string() + ".prev");
+  // Killed while writing the very first .tmp: nothing was ever saved.
+  write_bytes(tmp, "\x89HDF\r\n\x1a\n half");
+  EXPECT_FALSE(load_checkpoint(path_).has_value());
+
+  save_checkpoint(path_, some_state(1)); // a stale .tmp does not stop a save
+  save_checkpoint(path_, some_state(2));
+  // Killed while writing .tmp: the half file is never read.
+  fs::copy_file(path_, tmp, fs::copy_options::overwrite_existing);
+  truncate_to_half(tmp);
+  EXPECT_EQ(load_checkpoint(path_)->state, some_state(2));
+  // Killed between linking the current file as .prev and renaming .tmp over it.
+  fs::copy_file(path_, prev, fs::copy_options::overwrite_existing);
+  EXPECT_EQ(load_checkpoint(path_)->state, some_state(2));
+  // Killed after moving the current file to .prev (no hard links), before the rename.
+  fs::rename(path_, prev);
+  const auto loaded = load_checkpoint(path_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_TRUE(loaded->fell_back);
+  EXPECT_EQ(loaded->state, some_state(2));
+  EXPECT_NE(loaded->note.find("missing"), std::string::npos) << loaded->note;
+  // The next save recovers the normal pair.
+  save_checkpoint(path_, some_state(3));
+  EXPECT_EQ(load_checkpoint(path_)->state, some_state(3));
+  EXPECT_FALSE(fs::exists(tmp));
+}
+
+TEST_F(CheckpointTest, RefusesWhatItCannotStore) {
+  CheckpointState bad_factors = some_state(1);
+  bad_factors.factors.push_back({7, std::vector<double>(10), std::vector<double>(10)});
+  EXPECT_THROW(save_checkpoint(path_, bad_factors), PipelineError);
+  CheckpointState repeated = some_state(1);
+  repeated.fingerprint.push_back(repeated.fingerprint.front());
+  EXPECT_THROW(save_checkpoint(path_, repeated), PipelineError);
+  CheckpointState nul = some_state(1);
+  nul.finished.push_back(std::string("a\0b", 3));
+  EXPECT_THROW(save_checkpoint(path_, nul), PipelineError);
+  EXPECT_FALSE(fs::exists(path_));
+}
+
+TEST_F(CheckpointTest, ChecksumCoversEveryField) {
+  const CheckpointState base = some_state(1);
+  const uint64_t reference = checkpoint_checksum(base);
+  std::vector<CheckpointState> variants(6, base);
+  variants[0].fingerprint[0].second += "x";
+  variants[1].tables[0].chunks[3].stats.weighted_reference_sq.value += 1;
+  variants[2].tables[1].amax_chunks[0].done ^= 1;
+  variants[3].finished.pop_back();
+  variants[4].elapsed_seconds += 1e-9;
+  variants[5].tables[0].rows_per_chunk += 1;
+  for (size_t i = 0; i < variants.size(); ++i) EXPECT_NE(checkpoint_checksum(variants[i]), reference) << i;
+}
+
+// Not a pass/fail benchmark: prints the save time, with a ceiling far above what it
+// measures so that only a real regression fails.
+TEST_F(CheckpointTest, SaveTimeForThousandsOfChunks) {
+  for (size_t chunks : {1000, 10000}) {
+    const CheckpointState state = some_state(1, chunks);
+    save_checkpoint(path_, state);
+    double best = 1e9;
+    for (int repeat = 0; repeat < 5; ++repeat) {
+      const auto start = std::chrono::steady_clock::now();
+      save_checkpoint(path_, state);
+      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    const auto load_start = std::chrono::steady_clock::now();
+    ASSERT_TRUE(load_checkpoint(path_).has_value());
+    const double load_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
+    std::printf("[          ] %zu+%zu chunks: save %.1f ms (best of 5), load %.1f ms, %llu bytes\n", chunks,
+                chunks / 2 + 1, best, load_ms, (unsigned long long)fs::file_size(path_));
+    if (chunks == 1000) {
+      EXPECT_LT(best, 100.0);
+    }
+  }
+}

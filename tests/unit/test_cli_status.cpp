@@ -1,0 +1,156 @@
+// `shardq status CHECKPOINT` run as a program (SHARDQ_BIN): progress on a saved
+// checkpoint, one-line errors on a bad one, and reads while another process holds a
+// lock on the file or replaces it.
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "pipeline/checkpoint.h"
+
+using namespace shardq;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class CliStatusTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* bin = std::getenv("SHARDQ_BIN");
+    if (!bin || !*bin) GTEST_SKIP() << "SHARDQ_BIN is not set";
+    bin_ = bin;
+    dir_ = fs::temp_directory_path() / ("shardq_status_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = dir_ / "checkpoint.h5";
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  Outcome status(const fs::path& checkpoint, const std::string& tag = "") const {
+    const fs::path out = dir_ / ("out" + tag), err = dir_ / ("err" + tag);
+    const std::string command =
+        "'" + bin_ + "' status '" + checkpoint.string() + "' > '" + out.string() + "' 2> '" + err.string() + "'";
+    const int raw = std::system(command.c_str());
+    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp(out), slurp(err)};
+  }
+
+  std::string bin_;
+  fs::path dir_, path_;
+};
+
+// 10 chunks of 100 rows (the last has 50): chunks 0..2 done in 2 s each.
+CheckpointState three_of_ten_done(uint64_t generation = 7) {
+  CheckpointState s;
+  s.fingerprint = {{"job", "engram-nvfp4"}, {"source_headers", "9f3a1c2b4d5e6f7081"}};
+  TableRecord t;
+  t.tensor = "layers.1.engram.embed.weight";
+  t.rows = 950;
+  t.rows_per_chunk = 100;
+  t.amax_chunks.assign(10, AmaxRecord{1, 2.5f});
+  t.chunks.resize(10);
+  for (int i = 0; i < 3; ++i) {
+    t.chunks[i].state = kChunkDone;
+    t.chunks[i].seconds = 2.0;
+  }
+  s.tables.push_back(t);
+  s.finished = {"config"};
+  s.elapsed_seconds = 10.0;
+  s.generation = generation;
+  s.updated_unix = 1750000000;
+  return s;
+}
+
+} // namespace
+
+TEST_F(CliStatusTest, PrintsProgressOfASavedCheckpoint) {
+  save_checkpoint(path_, three_of_ten_done());
+  const Outcome o = status(path_);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("generation 7"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("job=engram-nvfp4"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("amax 10/10 chunks"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("layer 1 absent"), std::string::npos) << o.out;
+  // 3 of 10 chunks; 300 of 950 rows; 300 rows / 6 chunk-seconds = 50; 300 / 10 s = 30 wall.
+  EXPECT_NE(o.out.find("3/10 chunks  30.0%  300/950 rows"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("rows/s: 50 per chunk-second"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(", 30 wall"), std::string::npos) << o.out;
+  // 650 rows left at 30 rows/s = 21.67 s.
+  EXPECT_NE(o.out.find("eta: 0h00m21s"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("finished: config"), std::string::npos) << o.out;
+}
+
+TEST_F(CliStatusTest, SaysWhenItFellBack) {
+  save_checkpoint(path_, three_of_ten_done(1));
+  save_checkpoint(path_, three_of_ten_done(2));
+  fs::resize_file(path_, 100);
+  const Outcome o = status(path_);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("generation 1"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("note: newest generation unusable"), std::string::npos) << o.out;
+}
+
+TEST_F(CliStatusTest, GarbageIsOneLineErrorNamingTheFile) {
+  std::ofstream(path_, std::ios::binary) << "this is not a checkpoint";
+  const Outcome o = status(path_);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find(path_.string()), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("--fresh"), std::string::npos) << o.err;
+  ASSERT_FALSE(o.err.empty());
+  EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << o.err;
+}
+
+TEST_F(CliStatusTest, MissingCheckpointIsAnError) {
+  const Outcome o = status(path_);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_NE(o.err.find(path_.string()), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << o.err;
+}
+
+// HDF5's own file locks (flock) would make this fail if they were on.
+TEST_F(CliStatusTest, ReadsAFileLockedByAnotherProcess) {
+  save_checkpoint(path_, three_of_ten_done());
+  const int fd = ::open(path_.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const Outcome o = status(path_);
+  ::close(fd);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+}
+
+TEST_F(CliStatusTest, ReadsWhileARunKeepsSaving) {
+  save_checkpoint(path_, three_of_ten_done(1));
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (uint64_t generation = 2; !stop; ++generation) save_checkpoint(path_, three_of_ten_done(generation));
+  });
+  for (int i = 0; i < 10; ++i) {
+    const Outcome o = status(path_, std::to_string(i));
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_NE(o.out.find("3/10 chunks"), std::string::npos) << o.out;
+  }
+  stop = true;
+  writer.join();
+}
