@@ -23,7 +23,7 @@ bool quantize_rows_independent(const Fp8RowChunk& chunk, const QuantizeParams& p
     if (r % kCancelCheckRows == 0 && cancelled(cancel)) return false;
     dequantize_chunk_row(chunk, r, row.data());
     BlockStats row_stats;
-    quantize_row_nvfp4_ref(row.data(), chunk.cols, params.global_scale, params.search,
+    quantize_row_nvfp4_simd(row.data(), chunk.cols, params.global_scale, params.search,
                        out.packed.data() + r * packed_cols, out.scales.data() + r * scale_cols, row_stats);
     out.stats.add_row(row_stats);
   }

@@ -13,15 +13,15 @@ WritePiece piece(std::span<const uint8_t> bytes, uint64_t first_row, uint64_t ro
     throw StageError(fmt::format("chunk at row {} ({} rows, {} bytes) does not fit the {} tensor of {} rows x {} bytes",
                                  first_row, rows, bytes.size(), what, slot.rows, slot.row_bytes));
   }
-  return {slot.file_offset + first_row * slot.row_bytes, bytes};
+  return {slot.offset + first_row * slot.row_bytes, bytes};
 }
 
 } // namespace
 
-std::array<WritePiece, 2> plan_chunk_writes(const Nvfp4Chunk& chunk, uint64_t first_row, uint64_t rows,
-                                            const OutputSlot& weight, const OutputSlot& weight_scale) {
-  return {piece(chunk.packed, first_row, rows, weight, "weight"),
-          piece(chunk.scales, first_row, rows, weight_scale, "weight_scale")};
+std::array<WritePiece, 2> plan_chunk_writes(std::span<const uint8_t> packed, std::span<const uint8_t> scales,
+                                            uint64_t first_row, uint64_t rows, const OutputSlot& weight,
+                                            const OutputSlot& weight_scale) {
+  return {piece(packed, first_row, rows, weight, "weight"), piece(scales, first_row, rows, weight_scale, "weight_scale")};
 }
 
 } // namespace shardq

@@ -1,0 +1,95 @@
+// Messages between ranks: MPI point-to-point for other ranks, an in-process inbox for
+// messages a rank sends to itself. Only the main thread of a rank uses a Link
+// (MPI_THREAD_FUNNELED); sends are non-blocking so two ranks sending each other large
+// chunks never deadlock.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <mpi.h>
+
+namespace shardq {
+
+enum class Tag : int {
+  request = 1,   // worker -> 0: give me work
+  assign,        // 0 -> worker: WorkItem
+  amax_result,   // worker -> 0: AmaxResult
+  factor_result, // worker -> 0: FactorResult + gram + upper
+  chunk_data,    // worker -> owner: ChunkResult + packed + scales
+  chunk_done,    // writer -> 0: ChunkResult (bytes are durable)
+  dropped,       // worker -> 0: WorkItem not done (interrupted)
+  finalize,      // 0 -> owner: FinalizeShard
+  finalized,     // owner -> 0: FinalizeShard
+  factors,       // 0 -> worker: a layer's factors
+  cancel,        // 0 -> all: drop in-flight work
+  stop,          // 0 -> all: int exit code
+  interrupt,     // any -> 0: a stop signal arrived here
+};
+
+struct Message {
+  int source = 0;
+  Tag tag{};
+  std::vector<uint8_t> bytes;
+};
+
+// Plain structs travel as bytes; payloads (spans) follow the header.
+template <typename Header>
+std::vector<uint8_t> encode(const Header& header, std::initializer_list<std::span<const uint8_t>> payloads = {}) {
+  static_assert(std::is_trivially_copyable_v<Header>);
+  size_t size = sizeof(Header);
+  for (auto p : payloads) size += p.size();
+  std::vector<uint8_t> bytes(size);
+  std::memcpy(bytes.data(), &header, sizeof(Header));
+  size_t at = sizeof(Header);
+  for (auto p : payloads) {
+    std::memcpy(bytes.data() + at, p.data(), p.size());
+    at += p.size();
+  }
+  return bytes;
+}
+
+template <typename Header>
+Header decode(const std::vector<uint8_t>& bytes) {
+  static_assert(std::is_trivially_copyable_v<Header>);
+  Header header;
+  std::memcpy(&header, bytes.data(), sizeof(Header));
+  return header;
+}
+
+inline std::span<const uint8_t> payload(const std::vector<uint8_t>& bytes, size_t header_size) {
+  return std::span<const uint8_t>(bytes).subspan(header_size);
+}
+
+class Link {
+ public:
+  Link();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  void send(int dest, Tag tag, std::vector<uint8_t> bytes);
+  void send_all(Tag tag, const std::vector<uint8_t>& bytes); // every rank, self included
+  std::optional<Message> poll();
+  void progress(); // retire finished sends
+  void drain();    // wait for every send to finish
+
+ private:
+  struct PendingSend {
+    MPI_Request request;
+    std::vector<uint8_t> bytes;
+  };
+  int rank_ = 0, size_ = 1;
+  std::deque<Message> inbox_;
+  std::list<PendingSend> pending_;
+};
+
+// MPI failures: the call, the rank and the code's text.
+void check_mpi(int code, const char* call);
+
+} // namespace shardq

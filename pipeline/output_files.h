@@ -1,0 +1,45 @@
+// The output shards this rank writes: opened once before work starts, written by pwrite
+// from any thread, fsynced per chunk, finalized (copies, scalars, rename) by one rank.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+
+#include "pipeline/io/safetensors.h"
+#include "pipeline/plan.h"
+
+namespace shardq {
+
+class OutputFiles {
+ public:
+  OutputFiles(const Plan& plan, int rank, bool direct);
+
+  bool writes_shard(size_t shard) const;
+  int writer_of(size_t shard) const; // the rank that writes (and finalizes) it; direct: 0 finalizes
+  bool direct() const { return direct_; }
+
+  // Rank 0 first creates (or, resuming, reuses) every changed shard's .partial; then the
+  // other ranks open the ones they write.
+  void create_all(bool resume);
+  void open_mine();
+
+  // Chunk bytes at their planned places, then fsync: after this they are durable.
+  void write_chunk(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<const uint8_t> packed,
+                   std::span<const uint8_t> scales);
+  // Reads a finished chunk back (for --verify-done).
+  void read_chunk(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<uint8_t> packed,
+                  std::span<uint8_t> scales) const;
+
+  // Copies the unchanged tensors, writes each table's weight_scale_2, fsyncs, renames.
+  void finalize(size_t shard, std::span<const float> global_scales);
+
+ private:
+  io::Writer& writer(size_t shard) const;
+  const Plan& plan_;
+  int rank_;
+  bool direct_;
+  std::map<size_t, std::unique_ptr<io::Writer>> writers_;
+};
+
+} // namespace shardq

@@ -1,0 +1,44 @@
+#include "pipeline/progress.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace shardq {
+
+Progress::Progress(uint64_t total_rows, uint64_t bytes_per_row)
+    : total_rows_(total_rows), bytes_per_row_(bytes_per_row), tty_(isatty(STDERR_FILENO) != 0),
+      start_(std::chrono::steady_clock::now()), last_print_(start_) {}
+
+void Progress::set_done(uint64_t rows) { skipped_rows_ = rows; }
+
+void Progress::add(uint64_t rows) { rows_ += rows; }
+
+void Progress::maybe_print(const std::string& stage, bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  const double since_print = std::chrono::duration<double>(now - last_print_).count();
+  if (!force && since_print < (tty_ ? 0.5 : 10.0)) return;
+  last_print_ = now;
+  const double seconds = std::max(1e-9, std::chrono::duration<double>(now - start_).count());
+  const uint64_t done = skipped_rows_ + rows_;
+  const double rate = double(rows_) / seconds;
+  const double eta = rate > 0 ? double(total_rows_ - std::min(done, total_rows_)) / rate : 0.0;
+  const double fraction = total_rows_ ? double(done) / double(total_rows_) : 1.0;
+  const double gbps = rate * double(bytes_per_row_) / 1e9;
+  if (tty_) {
+    const int width = 30, filled = int(fraction * width);
+    std::fprintf(stderr, "\r[%-*s] %5.1f%% %-9s %.3g Mrows/s %.2f GB/s ETA %.0fs ", width,
+                 std::string(size_t(filled), '#').c_str(), 100.0 * fraction, stage.c_str(), rate / 1e6, gbps, eta);
+    std::fflush(stderr);
+  } else {
+    spdlog::info("{}: {}/{} rows ({:.1f}%), {:.3g} rows/s, {:.2f} GB/s, ETA {:.0f}s", stage, done, total_rows_,
+                 100.0 * fraction, rate, gbps, eta);
+  }
+}
+
+void Progress::finish() {
+  if (tty_) std::fprintf(stderr, "\n");
+}
+
+} // namespace shardq

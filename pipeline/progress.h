@@ -1,0 +1,25 @@
+// Rank 0's progress: a bar on a TTY, periodic log lines otherwise.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace shardq {
+
+class Progress {
+ public:
+  explicit Progress(uint64_t total_rows, uint64_t bytes_per_row);
+  void set_done(uint64_t rows_done_before_start); // rows a resumed run skips
+  void add(uint64_t rows);
+  void maybe_print(const std::string& stage, bool force = false);
+  void finish();
+
+ private:
+  uint64_t total_rows_, bytes_per_row_;
+  uint64_t skipped_rows_ = 0, rows_ = 0;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_, last_print_;
+};
+
+} // namespace shardq

@@ -1,0 +1,283 @@
+#include "pipeline/run.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <memory>
+#include <thread>
+
+#include "kernels/gptq.h"
+#include "pipeline/checkpoint.h"
+#include "pipeline/coordinator.h"
+#include "pipeline/link.h"
+#include "pipeline/output_files.h"
+#include "pipeline/pipeline_error.h"
+#include "pipeline/plan.h"
+#include "pipeline/signals.h"
+#include "pipeline/worker.h"
+#include "stages/pack.h"
+
+namespace shardq {
+namespace {
+
+constexpr size_t kItemsPerRank = 2; // one computing, one queued: reads overlap compute
+constexpr auto kWaitRetry = std::chrono::milliseconds(20);
+constexpr auto kIdleSleep = std::chrono::microseconds(500);
+
+std::string toml_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+Job job_from_args(const RunArgs& args) {
+  std::vector<std::string> overrides = args.overrides;
+  if (!args.src.empty()) overrides.push_back("job.src=" + toml_string(args.src));
+  if (!args.dst.empty()) overrides.push_back("job.dst=" + toml_string(args.dst));
+  if (!args.checkpoint.empty()) overrides.push_back("run.checkpoint=" + toml_string(args.checkpoint));
+  return load_job(args.job_file, overrides);
+}
+
+CheckpointState fresh_state(const Plan& plan) {
+  CheckpointState state;
+  state.fingerprint = plan.fingerprint;
+  for (const auto& table : plan.tables) {
+    TableRecord record;
+    record.tensor = table.source_weight;
+    record.rows = table.rows;
+    record.rows_per_chunk = table.rows_per_chunk;
+    record.amax_chunks.resize(table.chunks());
+    record.chunks.resize(table.chunks());
+    state.tables.push_back(std::move(record));
+  }
+  return state;
+}
+
+void link_file(const std::filesystem::path& from, const std::filesystem::path& to) {
+  if (std::filesystem::exists(std::filesystem::symlink_status(to))) return;
+  std::error_code error;
+  std::filesystem::create_hard_link(from, to, error);
+  if (error) std::filesystem::create_symlink(std::filesystem::absolute(from), to); // other file system
+}
+
+void link_unchanged(const Plan& plan) {
+  for (const auto& shard : plan.shards) {
+    if (!shard.changed) link_file(plan.src / shard.file, plan.dst / shard.file);
+  }
+  for (const auto& file : plan.other_files) link_file(plan.src / file, plan.dst / file);
+}
+
+bool output_complete(const Plan& plan, const std::optional<LoadResult>& loaded) {
+  if (!std::filesystem::exists(plan.dst / kIndexFile)) return false;
+  if (!loaded) return true;
+  const auto& finished = loaded->state.finished;
+  return std::find(finished.begin(), finished.end(), "report") != finished.end();
+}
+
+void remove_outputs(const Plan& plan) {
+  for (const auto& shard : plan.shards) {
+    if (!shard.changed) continue;
+    std::filesystem::remove(plan.dst / shard.file);
+    std::filesystem::remove(plan.dst / (shard.file + ".partial"));
+  }
+  for (const char* file : {kIndexFile, kConfigFile, kReportFile}) std::filesystem::remove(plan.dst / file);
+}
+
+// --verify-done: re-read every chunk recorded done and compare its checksum.
+void verify_done_chunks(const Plan& plan, CheckpointState& state) {
+  for (size_t t = 0; t < plan.tables.size(); ++t) {
+    const TablePlan& table = plan.tables[t];
+    const auto final_path = plan.dst / plan.shards[table.shard].file;
+    const auto path = std::filesystem::exists(final_path) ? final_path : std::filesystem::path(final_path.string() + ".partial");
+    if (!std::filesystem::exists(path)) continue;
+    io::Reader reader(path);
+    std::vector<uint8_t> packed, scales;
+    for (uint64_t c = 0; c < table.chunks(); ++c) {
+      auto& record = state.tables[t].chunks[c];
+      if (record.state != kChunkDone) continue;
+      const uint64_t first = table.chunk_first_row(c), rows = table.chunk_rows(c);
+      packed.resize(rows * uint64_t(table.cols / 2));
+      scales.resize(rows * uint64_t(table.cols / 16));
+      reader.read_rows(reader.tensor(table.out_weight), first, rows, packed);
+      reader.read_rows(reader.tensor(table.out_scale), first, rows, scales);
+      if (chunk_checksum(packed, scales) != record.checksum) {
+        spdlog::warn("{}: chunk {} (rows {}..{}) does not match its checksum: recomputing it", table.out_weight, c,
+                     first, first + rows);
+        record = ChunkRecord{};
+        state.finished.erase(std::remove(state.finished.begin(), state.finished.end(), "shard:" + plan.shards[table.shard].file),
+                             state.finished.end());
+        state.finished.erase(std::remove_if(state.finished.begin(), state.finished.end(),
+                                            [](const std::string& s) { return s == "index" || s == "config" || s == "report"; }),
+                             state.finished.end());
+        if (path == final_path) std::filesystem::rename(final_path, final_path.string() + ".partial");
+      }
+    }
+  }
+}
+
+// Rank 0's preparation; returns the checkpoint state to continue from.
+CheckpointState prepare_rank0(const Plan& plan, const RunArgs& args, const std::filesystem::path& checkpoint_path) {
+  std::filesystem::create_directories(plan.dst);
+  std::filesystem::create_directories(checkpoint_path.parent_path());
+  std::optional<LoadResult> loaded;
+  if (!args.fresh && !args.force) loaded = load_checkpoint(checkpoint_path);
+  if (!args.force && output_complete(plan, loaded)) {
+    throw PipelineError(fmt::format("{}: holds a complete output already; pass --force to overwrite it", plan.dst.string()));
+  }
+  if (args.force) remove_outputs(plan);
+  if (loaded && loaded->fell_back) spdlog::warn("{}", loaded->note);
+  CheckpointState state = fresh_state(plan);
+  if (loaded) {
+    const std::string mismatch = fingerprint_mismatch(loaded->state, plan.fingerprint);
+    if (!mismatch.empty()) throw PipelineError(fmt::format("{}: {}; use --fresh to start over", checkpoint_path.string(), mismatch));
+    state = loaded->state;
+    if (args.verify_done) verify_done_chunks(plan, state);
+    spdlog::info("resuming from {} (generation {})", checkpoint_path.string(), state.generation);
+  }
+  link_unchanged(plan);
+  return state;
+}
+
+struct RankLoop {
+  const Plan& plan;
+  Link& link;
+  OutputFiles& outputs;
+  Worker& worker;
+  Coordinator* coordinator; // rank 0 only
+  size_t requested = 0;
+  bool told_interrupt = false;
+  int exit_code = -1;
+  std::chrono::steady_clock::time_point next_request{};
+
+  void handle(const Message& m) {
+    switch (m.tag) {
+      case Tag::request: coordinator->on_request(m.source); break;
+      case Tag::assign: {
+        --requested;
+        const auto item = decode<WorkItem>(m.bytes);
+        if (item.kind == WorkKind::wait) next_request = std::chrono::steady_clock::now() + kWaitRetry;
+        else worker.push(item);
+        break;
+      }
+      case Tag::amax_result: coordinator->on_amax(decode<AmaxResult>(m.bytes)); break;
+      case Tag::factor_result: coordinator->on_factor(m); break;
+      case Tag::chunk_done: coordinator->on_chunk_done(decode<ChunkResult>(m.bytes)); break;
+      case Tag::dropped: coordinator->on_dropped(decode<WorkItem>(m.bytes)); break;
+      case Tag::finalized: coordinator->on_finalized(decode<int32_t>(m.bytes)); break;
+      case Tag::interrupt: coordinator->on_interrupt(); break;
+      case Tag::chunk_data: write_received_chunk(m); break;
+      case Tag::finalize: finalize_shard(m); break;
+      case Tag::factors: install_factors(m); break;
+      case Tag::cancel: worker.cancel(); break;
+      case Tag::stop: exit_code = decode<int32_t>(m.bytes); break;
+    }
+  }
+
+  void write_received_chunk(const Message& m) {
+    const auto result = decode<ChunkResult>(m.bytes);
+    const TablePlan& table = plan.tables[size_t(result.table)];
+    const uint64_t first = table.chunk_first_row(uint64_t(result.chunk)), rows = table.chunk_rows(uint64_t(result.chunk));
+    const auto body = payload(m.bytes, sizeof(ChunkResult));
+    const size_t packed_bytes = rows * uint64_t(table.cols / 2);
+    outputs.write_chunk(table, first, rows, body.first(packed_bytes), body.subspan(packed_bytes));
+    link.send(0, Tag::chunk_done, encode(result));
+  }
+
+  void finalize_shard(const Message& m) {
+    const auto message = decode<FinalizeShard>(m.bytes);
+    outputs.finalize(size_t(message.shard), std::span<const float>(message.global_scales, size_t(message.tables)));
+    link.send(0, Tag::finalized, encode(message.shard));
+  }
+
+  void install_factors(const Message& m) {
+    const auto table = decode<int32_t>(m.bytes);
+    const auto body = payload(m.bytes, sizeof(int32_t));
+    const size_t matrix = 256 * 256, columns = size_t(plan.layout->columns());
+    const double* gram = reinterpret_cast<const double*>(body.data());
+    const double* upper = gram + columns * matrix;
+    auto factors = std::make_shared<LayerFactors>();
+    factors->layer = plan.tables[size_t(table)].layer;
+    for (size_t c = 0; c < columns; ++c) {
+      factors->gram.emplace_back(gram + c * matrix, gram + (c + 1) * matrix);
+      factors->upper.push_back(gptq_factor_fp32(upper + c * matrix));
+    }
+    worker.install_factors(size_t(table), std::move(factors));
+  }
+
+  int run() {
+    while (exit_code < 0) {
+      bool busy = false;
+      if (stop_requested() && !told_interrupt) {
+        told_interrupt = true;
+        link.send(0, Tag::interrupt, encode(int32_t(link.rank())));
+      }
+      if (!told_interrupt && worker.load() + requested < kItemsPerRank && std::chrono::steady_clock::now() >= next_request) {
+        ++requested;
+        link.send(0, Tag::request, encode(int32_t(link.rank())));
+      }
+      while (auto message = link.poll()) {
+        handle(*message);
+        busy = true;
+      }
+      while (auto out = worker.pop_result()) {
+        link.send(out->dest, out->tag, std::move(out->bytes));
+        busy = true;
+      }
+      worker.rethrow_if_failed();
+      if (coordinator) coordinator->tick();
+      link.progress();
+      if (!busy) std::this_thread::sleep_for(kIdleSleep);
+    }
+    worker.stop();
+    link.drain();
+    return exit_code;
+  }
+};
+
+} // namespace
+
+int run_job(const RunArgs& args) {
+  install_stop_signals();
+  Link link;
+  spdlog::set_pattern(fmt::format("[%H:%M:%S.%e] [rank {}] [%l] %v", link.rank()));
+  if (const char* level = std::getenv("SHARDQ_LOG")) spdlog::set_level(spdlog::level::from_str(level));
+
+  const Job job = job_from_args(args);
+  const Plan plan = make_plan(job, link.size());
+  const std::filesystem::path checkpoint_path = job.checkpoint_path();
+  OutputFiles outputs(plan, link.rank(), job.write_mode == "direct");
+
+  CheckpointState state;
+  int setup_failed = 0;
+  std::string setup_error;
+  if (link.rank() == 0) {
+    try {
+      state = prepare_rank0(plan, args, checkpoint_path);
+      const bool resuming = std::filesystem::exists(checkpoint_path);
+      outputs.create_all(resuming);
+    } catch (const std::exception& e) {
+      setup_failed = 1;
+      setup_error = e.what();
+    }
+  }
+  check_mpi(MPI_Bcast(&setup_failed, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  if (setup_failed) {
+    if (link.rank() == 0) throw PipelineError(setup_error);
+    return kExitError;
+  }
+  outputs.open_mine();
+  spdlog::info("{} ranks, method {}, {} tables, {} rows per chunk, write mode {}", link.size(), job.method,
+               plan.tables.size(), job.rows_per_chunk, job.write_mode);
+
+  Worker worker(plan, outputs, link.rank());
+  std::unique_ptr<Coordinator> coordinator;
+  if (link.rank() == 0) coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(state), checkpoint_path);
+  RankLoop loop{plan, link, outputs, worker, coordinator.get()};
+  return loop.run();
+}
+
+} // namespace shardq

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The demo: installs what is missing, builds, makes the miniature DeepSeek-V4.1 fixture,
+# runs the Engram NVFP4 job (gptq-mse) on 4 MPI ranks, interrupts it once with SIGTERM,
+# resumes it to the end, and shows the report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+source scripts/mpi_env.sh
+
+cmake --preset release >/dev/null
+cmake --build --preset release -j "$(nproc)" --target shardq
+shardq=build/release/shardq
+
+rm -rf out/demo && mkdir -p out/demo
+"$shardq" fixture --preset dsv41-mini --out out/demo/dsv41-mini
+"$shardq" inspect out/demo/dsv41-mini/model-00006-of-00006.safetensors
+
+job=jobs/demo-engram-nvfp4.toml
+echo "== run on 4 ranks, interrupted with SIGTERM after 3 s"
+set +e
+mpirun -np 4 "$shardq" run "$job" &
+pid=$!
+sleep 3
+kill -TERM "$pid"
+wait "$pid"
+code=$?
+set -e
+echo "== first run exited $code (75 = interrupted, checkpoint saved)"
+"$shardq" status out/demo/dsv41-mini-nvfp4-engram/.shardq/checkpoint.h5 || true
+
+echo "== resume"
+time mpirun -np 4 "$shardq" run "$job"
+"$shardq" status out/demo/dsv41-mini-nvfp4-engram/.shardq/checkpoint.h5
+echo "== report: out/demo/dsv41-mini-nvfp4-engram/engram-nvfp4.json"
+cat out/demo/dsv41-mini-nvfp4-engram/engram-nvfp4.json
