@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Bad input to `shardq run` (DESIGN.md "CLI": one clear message, non-zero exit, no output
+# that claims to be complete):
+#  1. a NaN E4M3 code (0x7F, 0xFF) or a NaN E8M0 scale (0xFF) in an Engram table: the error
+#     names tensor, row and column; no changed shard under its final name, no index;
+#  2. engram_num_embeddings in config.json that does not match the table: refused before
+#     any work (no .partial file);
+#  3. a complete output in dst: refused without --force (message says --force, bytes
+#     untouched), overwritten with --force;
+#  4. an unknown job key (in the file or through --set): the error names the key.
+# Env: SHARDQ_BIN, SHARDQ_SOURCE_DIR. Exit 77 (skip) without SHARDQ_BIN.
+set -euo pipefail
+
+[ -n "${SHARDQ_BIN:-}" ] || { echo "SHARDQ_BIN is not set"; exit 77; }
+source_dir="${SHARDQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
+job="$source_dir/jobs/demo-engram-nvfp4.toml"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# run_expect_failure LABEL LOG ARGS...: shardq run must exit non-zero.
+run_expect_failure() {
+  local label=$1 log=$2
+  shift 2
+  if "$SHARDQ_BIN" run "$job" --set 'quant.method="rtn"' "$@" >"$log" 2>&1; then
+    fail "$label: shardq run succeeded"
+    return 1
+  fi
+}
+
+expect_in_log() { # label log text
+  grep -qF -- "$3" "$2" || { fail "$1: the message does not say '$3':"; cat "$2"; }
+}
+
+# The file holding a tensor, from the source index.
+shard_of() { # folder tensor
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1] + "/model.safetensors.index.json"))["weight_map"][sys.argv[2]])' "$1" "$2"
+}
+
+# Overwrite one byte of a [rows, cols] tensor with one byte per element, at (row, col).
+patch_byte() { # folder tensor row col byte
+  python3 - "$@" <<'PY'
+import json, struct, sys
+folder, tensor, row, col, byte = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5], 0)
+shard = json.load(open(folder + "/model.safetensors.index.json"))["weight_map"][tensor]
+with open(f"{folder}/{shard}", "r+b") as f:
+    (n,) = struct.unpack("<Q", f.read(8))
+    entry = json.loads(f.read(n))[tensor]
+    rows, cols = entry["shape"]
+    assert row < rows and col < cols and entry["data_offsets"][1] - entry["data_offsets"][0] == rows * cols
+    f.seek(8 + n + entry["data_offsets"][0] + row * cols + col)
+    f.write(bytes([byte]))
+PY
+}
+
+# A copy of the fixture whose table shards are real copies (patched below), the rest links.
+fixture_copy() { # name
+  local copy="$work/$1"
+  cp -al "$work/src" "$copy"
+  for layer in 1 14; do
+    local shard
+    shard=$(shard_of "$copy" "layers.$layer.engram.embed.weight")
+    rm "$copy/$shard"
+    cp "$work/src/$shard" "$copy/$shard"
+  done
+  rm "$copy/config.json"
+  cp "$work/src/config.json" "$copy/config.json"
+  echo "$copy"
+}
+
+no_complete_output() { # label dst
+  local label=$1 dst=$2 layer shard
+  for layer in 1 14; do
+    shard=$(shard_of "$work/src" "layers.$layer.engram.embed.weight")
+    [ ! -e "$dst/$shard" ] || fail "$label: $shard has its final name after the failure"
+  done
+  [ ! -e "$dst/model.safetensors.index.json" ] || fail "$label: an index was written"
+  [ ! -e "$dst/engram-nvfp4.json" ] || fail "$label: a report was written"
+}
+
+check_nan_in_table() { # label tensor row col byte column_word
+  local label=$1 tensor=$2 row=$3 col=$4 byte=$5 column_word=$6
+  local src dst="$work/out-$label"
+  src=$(fixture_copy "src-$label")
+  patch_byte "$src" "$tensor" "$row" "$col" "$byte"
+  run_expect_failure "$label" "$dst.log" --src "$src" --dst "$dst" || return 0
+  expect_in_log "$label" "$dst.log" "layers.14.engram.embed"
+  expect_in_log "$label" "$dst.log" "row $row "
+  expect_in_log "$label" "$dst.log" "$column_word $col"
+  no_complete_output "$label" "$dst"
+  echo "ok: $label: $(grep -m1 'error' "$dst.log")"
+}
+
+check_layout_mismatch() {
+  local src dst="$work/out-layout"
+  src=$(fixture_copy src-layout)
+  python3 - "$src/config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["text_config"]["engram_num_embeddings"][1] += 1
+json.dump(config, open(sys.argv[1], "w"), indent=2)
+PY
+  run_expect_failure layout "$dst.log" --src "$src" --dst "$dst" || return 0
+  expect_in_log layout "$dst.log" "engram_num_embeddings"
+  if [ -d "$dst" ] && [ -n "$(find "$dst" -name '*.partial')" ]; then fail "layout: .partial files were created"; fi
+  no_complete_output layout "$dst"
+  echo "ok: layout: $(grep -m1 'error' "$dst.log")"
+}
+
+check_force() {
+  local dst="$work/out-force" before after
+  "$SHARDQ_BIN" run "$job" --src "$work/src" --dst "$dst" --set 'quant.method="rtn"' >"$dst.log" 2>&1 ||
+    { fail "force: the first run failed"; cat "$dst.log"; return 0; }
+  before=$(cd "$dst" && sha256sum ./*.safetensors ./*.json)
+  if run_expect_failure force "$dst.again.log" --src "$work/src" --dst "$dst"; then
+    expect_in_log force "$dst.again.log" "--force"
+    after=$(cd "$dst" && sha256sum ./*.safetensors ./*.json)
+    [ "$before" = "$after" ] || fail "force: the refused run changed the output"
+    echo "ok: force: refused: $(grep -m1 'error' "$dst.again.log")"
+  fi
+  "$SHARDQ_BIN" run "$job" --src "$work/src" --dst "$dst" --set 'quant.method="mse"' --force >"$dst.force.log" 2>&1 ||
+    { fail "force: the run with --force failed"; cat "$dst.force.log"; return 0; }
+  grep -q '"method": "mse"' "$dst/engram-nvfp4.json" || fail "force: the report is not the new run's"
+  echo "ok: force: overwritten with --force"
+}
+
+check_unknown_keys() {
+  local dst="$work/out-keys" bad_job="$work/bad-job.toml"
+  run_expect_failure unknown-set "$dst.set.log" --src "$work/src" --dst "$dst" --set 'quant.turbo_mode=1' &&
+    expect_in_log unknown-set "$dst.set.log" "turbo_mode"
+  sed 's/^\[run\]$/[run]\nwarp_speed = 9/' "$job" >"$bad_job"
+  grep -q warp_speed "$bad_job" || { fail "unknown-file: could not add the key to the job"; return 0; }
+  if "$SHARDQ_BIN" run "$bad_job" --src "$work/src" --dst "$dst" >"$dst.file.log" 2>&1; then
+    fail "unknown-file: shardq run succeeded"
+  else
+    expect_in_log unknown-file "$dst.file.log" "warp_speed"
+  fi
+  [ ! -e "$dst" ] || [ -z "$(ls -A "$dst")" ] || fail "unknown keys: output was written"
+  echo "ok: unknown keys: $(grep -m1 'error' "$dst.set.log"); $(grep -m1 'error' "$dst.file.log")"
+}
+
+"$SHARDQ_BIN" fixture --preset dsv41-mini --out "$work/src" >/dev/null
+table=layers.14.engram.embed.weight
+check_nan_in_table nan-7f "$table" 30001 77 0x7F column
+check_nan_in_table nan-ff "$table" 41234 200 0xFF column
+check_nan_in_table e8m0-ff layers.14.engram.embed.scale 12345 5 0xFF "scale column"
+check_layout_mismatch
+check_force
+check_unknown_keys
+[ "$failures" -eq 0 ] || { echo "test_bad_input: $failures failures"; exit 1; }
+echo "test_bad_input: all passed"
