@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# shardq on four DGX Sparks without Slurm: one rank per node over mpirun, with the same
+# stop-and-resume behaviour as under Slurm.
+#
+#   slurm/sparks.sh [--hostfile FILE] [--until-done] [--max-tries N] JOB.toml [shardq run options]
+#
+# Ctrl-C or SIGTERM: every rank stops taking work, rank 0 flushes the checkpoint, the
+# run exits 75 and this script prints the command that resumes it (the same command).
+# A second Ctrl-C stops the ranks at once; the checkpoint on disk still reads back.
+# --until-done: rerun while shardq exits 75 for a reason other than this script being
+# stopped (a node's shutdown sent SIGTERM to its rank, say), at most --max-tries runs.
+#
+# Files: the shardq binary must be at the same path on every node (NFS, or a copy per
+# node). The source checkpoint may be on NFS or copied to each node at the same path
+# (node-local NVMe reads faster; the job fingerprint checks the headers match). The
+# output folder (--dst) must be one shared folder (NFS): shard owners on every node
+# write into it and rank 0 keeps <dst>/.shardq/checkpoint.h5 there. shardq turns HDF5
+# file locking off itself; HDF5_USE_FILE_LOCKING=FALSE is exported for other tools.
+#
+# Environment:
+#   SHARDQ_BIN     shardq binary (default: <this repo>/build/release/shardq)
+#   HOSTFILE       default for --hostfile (default: slurm/hostfile next to this script)
+#   NP             ranks (default: the number of hosts in the hostfile)
+#   MAP_BY         Open MPI mapping (default ppr:1:node: one rank per Spark)
+#   SPARK_IFNAME   the ConnectX-7 netdev, the SAME name on every node; find it with
+#                  `ibdev2netdev` (an "(Up)" enp1s0f*np* port; default enp1s0f1np1).
+#                  NCCL_SOCKET_IFNAME, UCX_NET_DEVICES, OMPI_MCA_btl_tcp_if_include and
+#                  OMPI_MCA_oob_tcp_if_include default to it; set any of them to override.
+#   NCCL_IB_HCA    optional RoCE devices for NCCL (e.g. rocep1s0f1,roceP2p1s0f1: both
+#                  halves of the port), passed to the ranks when set
+#   MPIRUN_ARGS    extra mpirun arguments (word-split), e.g. "--mca pml ucx"
+set -uo pipefail
+
+readonly script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+readonly EXIT_INTERRUPTED=75
+
+SHARDQ_BIN=${SHARDQ_BIN:-$script_dir/../build/release/shardq}
+hostfile=${HOSTFILE:-$script_dir/hostfile}
+until_done=0
+max_tries=10
+
+export SPARK_IFNAME=${SPARK_IFNAME:-enp1s0f1np1}
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$SPARK_IFNAME}
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-$SPARK_IFNAME}
+export OMPI_MCA_btl_tcp_if_include=${OMPI_MCA_btl_tcp_if_include:-$SPARK_IFNAME}
+export OMPI_MCA_oob_tcp_if_include=${OMPI_MCA_oob_tcp_if_include:-$SPARK_IFNAME}
+export HDF5_USE_FILE_LOCKING=FALSE
+
+mpirun_pid=""
+stopped_by_user=0
+
+log() { echo "[sparks.sh $(date '+%T')] $*" >&2; }
+
+usage() {
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+parse_args() {
+  while (($#)); do
+    case "$1" in
+      --hostfile) hostfile=$2; shift 2 ;;
+      --until-done) until_done=1; shift ;;
+      --max-tries) max_tries=$2; shift 2 ;;
+      -h | --help) usage ;;
+      *) break ;;
+    esac
+  done
+  (($#)) || usage
+  run_args=("$@")
+}
+
+# Names the checkpoint for the messages: --checkpoint, else <--dst>/.shardq/checkpoint.h5.
+checkpoint_of() {
+  local dst="<dst of the job file>" checkpoint=""
+  while (($#)); do
+    case "$1" in
+      --dst) dst=$2; shift ;;
+      --checkpoint) checkpoint=$2; shift ;;
+    esac
+    shift
+  done
+  echo "${checkpoint:-$dst/.shardq/checkpoint.h5}"
+}
+
+hosts_in() { grep -cvE '^[[:space:]]*(#|$)' "$1"; }
+
+# Ctrl-C / TERM reach only this script (mpirun runs in its own session); pass USR1 on,
+# which mpirun hands to every rank. Not TERM or INT: mpirun answers those by killing
+# the ranks a few seconds later, maybe in the middle of the checkpoint flush.
+on_stop() {
+  stopped_by_user=$((stopped_by_user + 1))
+  if ((stopped_by_user == 1)); then
+    log "stopping: the ranks finish their chunks and checkpoint (Ctrl-C again stops them at once)"
+  fi
+  [ -n "$mpirun_pid" ] && kill -USR1 "$mpirun_pid" 2>/dev/null
+}
+
+run_once() {
+  local exports=(-x PATH -x NCCL_SOCKET_IFNAME -x UCX_NET_DEVICES -x HDF5_USE_FILE_LOCKING) var
+  for var in LD_LIBRARY_PATH NCCL_IB_HCA; do
+    [ -n "${!var:-}" ] && exports+=(-x "$var")
+  done
+  # shellcheck disable=SC2086 # MPIRUN_ARGS is a list of words on purpose
+  setsid mpirun --hostfile "$hostfile" -np "$np" --map-by "${MAP_BY:-ppr:1:node}" --bind-to none \
+    "${exports[@]}" ${MPIRUN_ARGS:-} "$SHARDQ_BIN" run "${run_args[@]}" </dev/null &
+  mpirun_pid=$!
+  local code
+  while true; do
+    wait "$mpirun_pid"
+    code=$?
+    kill -0 "$mpirun_pid" 2>/dev/null || break # `wait` returned for a trap, not an exit
+  done
+  mpirun_pid=""
+  return "$code"
+}
+
+report_interrupted() {
+  local resume
+  resume=$(printf '%q ' "$0" "${original_args[@]}")
+  log "exit 75: interrupted, checkpoint saved in $(checkpoint_of "${run_args[@]}")"
+  log "progress: $SHARDQ_BIN status $(checkpoint_of "${run_args[@]}")"
+  log "resume with the same command: $resume"
+}
+
+main() {
+  original_args=("$@")
+  parse_args "$@"
+  [ -r "$hostfile" ] || { log "no hostfile '$hostfile' (copy slurm/hostfile.example)"; exit 2; }
+  np=${NP:-$(hosts_in "$hostfile")}
+  log "$np ranks from $hostfile over $SPARK_IFNAME: $SHARDQ_BIN run ${run_args[*]}"
+  trap on_stop INT TERM
+
+  local try code
+  for ((try = 1; ; try++)); do
+    run_once
+    code=$?
+    ((code == EXIT_INTERRUPTED)) || break
+    if ((stopped_by_user || !until_done)); then
+      report_interrupted
+      break
+    fi
+    if ((try >= max_tries)); then
+      log "exit 75 on try $try of $max_tries; not retrying"
+      report_interrupted
+      break
+    fi
+    log "exit 75 (a rank was stopped); --until-done: resuming, try $((try + 1)) of $max_tries"
+  done
+  ((code == 0)) && log "done"
+  exit "$code"
+}
+
+main "$@"
