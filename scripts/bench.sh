@@ -51,8 +51,92 @@ PY
   rm -f "$json"
 }
 
+# The fixture of the end-to-end benchmarks, made once and kept: --engram-vocab 170000 gives
+# two Engram tables of ~4.1M rows x 256 E4M3 bytes (>= 1 GB each). BENCH_WORK (default
+# build_dir/bench-e2e) holds it and the outputs. Prints the folder.
+e2e_fixture() {
+  local work="${BENCH_WORK:-$build_dir/bench-e2e}"
+  if [ ! -f "$work/src/model.safetensors.index.json" ]; then
+    "$build_dir/shardq" fixture --preset dsv41-mini --out "$work/src" --engram-vocab "${BENCH_ENGRAM_VOCAB:-170000}" >/dev/null
+  fi
+  echo "$work"
+}
+
+# Shards of the source that hold the Engram tables (the ones `shardq run` rewrites).
+e2e_table_shards() {
+  python3 - "$1/model.safetensors.index.json" <<'PY'
+import json, sys
+weight_map = json.load(open(sys.argv[1]))["weight_map"]
+print("\n".join(sorted({f for n, f in weight_map.items() if n.endswith(".engram.embed.weight")})))
+PY
+}
+
+now() { date +%s.%N; }
+
+# `shardq run` (one rank) for ranks=1, `mpirun -np N shardq run` otherwise, method rtn,
+# into a fresh dst; prints the wall seconds.
+e2e_run_seconds() { # work ranks dst
+  local work=$1 ranks=$2 dst=$3 start launcher=()
+  [ "$ranks" -gt 1 ] && launcher=(mpirun -np "$ranks")
+  rm -rf "$dst"
+  start=$(now)
+  "${launcher[@]}" "$build_dir/shardq" run jobs/demo-engram-nvfp4.toml --src "$work/src" --dst "$dst" \
+    --set 'quant.method="rtn"' --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-262144}" >"$dst.log" 2>&1 ||
+    { echo "shardq run failed (-np $ranks):" >&2; tail -5 "$dst.log" >&2; return 1; }
+  python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)"
+}
+
+# End-to-end `shardq run` (rtn) on the >= 1 GB tables next to `cp` of the same table shards
+# (each cp'd file fsync'd: shardq's output is durable too), both from a warm page cache.
+# Target: shardq <= 1.3x cp.
+bench_e2e() {
+  local work shards=() bytes=0 start cp_s run_s
+  work=$(e2e_fixture)
+  mapfile -t shards < <(e2e_table_shards "$work/src")
+  rm -rf "$work/cp" && mkdir -p "$work/cp"
+  for shard in "${shards[@]}"; do
+    cat "$work/src/$shard" >/dev/null
+    bytes=$((bytes + $(stat -c %s "$work/src/$shard")))
+  done
+  start=$(now)
+  for shard in "${shards[@]}"; do cp "$work/src/$shard" "$work/cp/$shard" && sync "$work/cp/$shard"; done
+  cp_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  rm -rf "$work/cp"
+  run_s=$(e2e_run_seconds "$work" 1 "$work/out-e2e")
+  python3 - "$bytes" "$cp_s" "$run_s" "${#shards[@]}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import sys
+size, cp_s, run_s, shards, load = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+print(f"table shards: {shards}, {size / 1e9:.3f} GB in; load average {load}")
+print(f"{'cp + fsync':24s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s")
+print(f"{'shardq run rtn (1 rank)':24s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s")
+print(f"{'ratio shardq / cp':24s} {run_s / cp_s:9.2f} (target <= 1.3)")
+PY
+}
+
+# End-to-end throughput of `mpirun -np 2` vs one rank on the same >= 1 GB tables (rtn).
+# Target: >= 1.8x on a 2-core machine.
+bench_scaling() {
+  local work one two
+  work=$(e2e_fixture)
+  # shellcheck source=mpi_env.sh
+  source scripts/mpi_env.sh
+  one=$(e2e_run_seconds "$work" 1 "$work/out-np1")
+  two=$(e2e_run_seconds "$work" 2 "$work/out-np2")
+  cmp -s "$work/out-np1/$(e2e_table_shards "$work/src" | head -1)" "$work/out-np2/$(e2e_table_shards "$work/src" | head -1)" ||
+    echo "warning: -np 1 and -np 2 outputs differ"
+  rm -rf "$work/out-np1" "$work/out-np2"
+  python3 - "$one" "$two" "$(grep -c ^processor /proc/cpuinfo)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import sys
+one, two, cores, load = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+print(f"{cores} cores, load average {load}")
+print(f"{'shardq run rtn -np 1':24s} {one:9.2f} s")
+print(f"{'shardq run rtn -np 2':24s} {two:9.2f} s")
+print(f"{'speedup np2 / np1':24s} {one / two:9.2f} (target >= 1.8)")
+PY
+}
+
 main() {
-  local benches=(bench_kernels bench_gptq)
+  local benches=(bench_kernels bench_gptq bench_e2e bench_scaling)
   if [ $# -ge 1 ]; then
     "bench_$1"
   else
