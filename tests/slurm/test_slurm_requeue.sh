@@ -123,7 +123,7 @@ first=$(grep -c 'SLURM_RESTART_COUNT=0$' "$tmp/job.log" || true)
 second=$(grep -c 'SLURM_RESTART_COUNT=1$' "$tmp/job.log" || true)
 ((restarts == 2 && first == 1 && second == 1)) \
   || fail "expected one start and exactly one restart in the log, got $restarts starts ($first at 0, $second at 1)"
-grep -q 'shardq exited 75' "$tmp/job.log" || fail "the first run did not exit 75"
+grep -q "$LAUNCHER exited 75" "$tmp/job.log" || fail "the first run did not exit 75"
 grep -q 'resuming from' "$tmp/job.log" || fail "the restarted run did not resume from the checkpoint"
 (($(chunks_done "$checkpoint") == total)) || fail "the checkpoint is not complete after the restart"
 
