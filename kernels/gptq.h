@@ -60,6 +60,10 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
 // order (weighted_rel_error = error_sq / reference_sq = sum ||W_c e||^2 / sum ||W_c x||^2).
 // Computed per kGptqRowTile rows as one fp64 GEMM of fixed shape ([E; X] H), so the result
 // does not depend on how rows are split either (~131K fp64 FMA per row: BLAS speed).
+// Per row: row_error[r] = e_r^T H e_r, row_reference[r] = x_r^T H x_r (fp64, fixed tiles).
+void weighted_error_rows(const double* gram, const float* original, const float* dequantized, int rows,
+                         double* row_error, double* row_reference);
+
 void add_weighted_error(const double* gram, const float* original, const float* dequantized, int rows,
                         double& error_sq, double& reference_sq);
 

@@ -7,7 +7,9 @@
 
 #include "pipeline/engram_config.h"
 #include "pipeline/io/config.h"
+#include "kernels/formats.h"
 #include "pipeline/pipeline_error.h"
+#include "stages/factors.h"
 #include "stages/stage_error.h"
 
 namespace shardq {
@@ -184,6 +186,38 @@ Plan make_plan(const Job& job, int ranks) {
   for (auto& r : readers) raw.push_back(r.get());
   plan.fingerprint = make_fingerprint(plan, raw);
   return plan;
+}
+
+std::vector<float> read_dequantized_wkv(const Plan& plan, int layer) {
+  const std::string weight_name = plan.wkv_weight(layer), scale_name = plan.wkv_scale(layer);
+  const io::Reader weights(plan.src / plan.shards[plan.shard_of_tensor(weight_name)].file);
+  const io::Reader scales(plan.src / plan.shards[plan.shard_of_tensor(scale_name)].file);
+  const io::TensorInfo& weight = weights.tensor(weight_name);
+  const io::TensorInfo& scale = scales.tensor(scale_name);
+  const uint64_t in_cols = uint64_t(plan.layout->columns()) * uint64_t(plan.layout->config().head_dim);
+  if (weight.shape.size() != 2 || weight.shape[1] != in_cols) {
+    throw PipelineError(fmt::format("{}: tensor '{}' must be F8_E4M3 [*, {}] (24 hash columns x 256)",
+                                    weights.path().string(), weight_name, in_cols));
+  }
+  const uint64_t out_rows = weight.shape[0];
+  expect_tensor(weight, io::Dtype::F8_E4M3, {out_rows, in_cols}, weights.path().string());
+  expect_tensor(scale, io::Dtype::F8_E8M0, {(out_rows + 31) / 32, (in_cols + 31) / 32}, scales.path().string());
+  std::vector<uint8_t> codes(weight.end - weight.begin), scale_bytes(scale.end - scale.begin);
+  weights.read_bytes(weight.begin, codes);
+  scales.read_bytes(scale.begin, scale_bytes);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    if (E4M3::is_nan(codes[i])) {
+      throw PipelineError(fmt::format("{}: tensor '{}' row {} column {}: E4M3 code 0x{:02X} is NaN",
+                                      weights.path().string(), weight_name, i / in_cols, i % in_cols, codes[i]));
+    }
+  }
+  for (size_t i = 0; i < scale_bytes.size(); ++i) {
+    if (scale_bytes[i] == E8M0::nan_code) {
+      throw PipelineError(fmt::format("{}: tensor '{}' block {}: E8M0 scale is NaN (0xFF)", scales.path().string(),
+                                      scale_name, i));
+    }
+  }
+  return dequantize_wkv_fp8(codes.data(), scale_bytes.data(), int(out_rows), int(in_cols));
 }
 
 OutputSlot weight_slot(const Plan& plan, const TablePlan& table) {

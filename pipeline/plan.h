@@ -73,6 +73,10 @@ struct Plan {
 // from the config's prime layout. No work is done before this passes.
 Plan make_plan(const Job& job, int ranks);
 
+// The layer's wkv weight dequantized exactly (FP8 with 32x32 E8M0 blocks), row-major
+// [out, columns * 256]; refuses a missing wkv, the wrong shape or NaN codes, naming it.
+std::vector<float> read_dequantized_wkv(const Plan& plan, int layer);
+
 // Output slots (file offsets) of a table in its planned output shard.
 OutputSlot weight_slot(const Plan& plan, const TablePlan& table);
 OutputSlot scale_slot(const Plan& plan, const TablePlan& table);

@@ -119,26 +119,42 @@ void verify_done_chunks(const Plan& plan, CheckpointState& state) {
   }
 }
 
-// Rank 0's preparation; returns the checkpoint state to continue from.
-CheckpointState prepare_rank0(const Plan& plan, const RunArgs& args, const std::filesystem::path& checkpoint_path) {
+// Rank 0's preparation; returns the checkpoint state to continue from, or nullopt when
+// the checkpoint says this job's output is complete already (the same command again,
+// e.g. a job killed after its last save and requeued, has nothing left to do).
+std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& args,
+                                             const std::filesystem::path& checkpoint_path, OutputFiles& outputs) {
   std::filesystem::create_directories(plan.dst);
   std::filesystem::create_directories(checkpoint_path.parent_path());
   std::optional<LoadResult> loaded;
   if (!args.fresh && !args.force) loaded = load_checkpoint(checkpoint_path);
-  if (!args.force && output_complete(plan, loaded)) {
-    throw PipelineError(fmt::format("{}: holds a complete output already; pass --force to overwrite it", plan.dst.string()));
-  }
-  if (args.force) remove_outputs(plan);
   if (loaded && loaded->fell_back) spdlog::warn("{}", loaded->note);
-  CheckpointState state = fresh_state(plan);
   if (loaded) {
     const std::string mismatch = fingerprint_mismatch(loaded->state, plan.fingerprint);
     if (!mismatch.empty()) throw PipelineError(fmt::format("{}: {}; use --fresh to start over", checkpoint_path.string(), mismatch));
-    state = loaded->state;
-    if (args.verify_done) verify_done_chunks(plan, state);
+    if (args.verify_done) verify_done_chunks(plan, loaded->state);
+  }
+  if (!args.force && output_complete(plan, loaded)) {
+    if (!loaded) {
+      throw PipelineError(fmt::format("{}: holds a complete output already; pass --force to overwrite it", plan.dst.string()));
+    }
+    spdlog::info("{}: complete already (checkpoint {} records every step); nothing to do", plan.dst.string(),
+                 checkpoint_path.string());
+    return std::nullopt;
+  }
+  // Starting over: shards finalized by an earlier run must not pass for this run's.
+  if (args.force || args.fresh) remove_outputs(plan);
+  CheckpointState state = fresh_state(plan);
+  if (loaded) {
+    state = std::move(loaded->state);
     spdlog::info("resuming from {} (generation {})", checkpoint_path.string(), state.generation);
   }
+  if (plan.job.uses_gptq() && state.factors.size() < plan.tables.size()) {
+    for (const auto& table : plan.tables) read_dequantized_wkv(plan, table.layer); // refuse a bad wkv before any work
+  }
   link_unchanged(plan);
+  // Resuming (from either generation) keeps the .partial files; a fresh start rewrites them.
+  outputs.create_all(loaded.has_value());
   return state;
 }
 
@@ -251,21 +267,22 @@ int run_job(const RunArgs& args) {
   const std::filesystem::path checkpoint_path = job.checkpoint_path();
   OutputFiles outputs(plan, link.rank(), job.write_mode == "direct");
 
-  CheckpointState state;
-  int setup_failed = 0;
+  std::optional<CheckpointState> state;
+  enum Setup : int { kSetupReady, kSetupFailed, kSetupComplete };
+  int setup = kSetupReady;
   std::string setup_error;
   if (link.rank() == 0) {
     try {
-      state = prepare_rank0(plan, args, checkpoint_path);
-      const bool resuming = std::filesystem::exists(checkpoint_path);
-      outputs.create_all(resuming);
+      state = prepare_rank0(plan, args, checkpoint_path, outputs);
+      if (!state) setup = kSetupComplete;
     } catch (const std::exception& e) {
-      setup_failed = 1;
+      setup = kSetupFailed;
       setup_error = e.what();
     }
   }
-  check_mpi(MPI_Bcast(&setup_failed, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
-  if (setup_failed) {
+  check_mpi(MPI_Bcast(&setup, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  if (setup == kSetupComplete) return kExitOk;
+  if (setup == kSetupFailed) {
     if (link.rank() == 0) throw PipelineError(setup_error);
     return kExitError;
   }
@@ -275,7 +292,7 @@ int run_job(const RunArgs& args) {
 
   Worker worker(plan, outputs, link.rank());
   std::unique_ptr<Coordinator> coordinator;
-  if (link.rank() == 0) coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(state), checkpoint_path);
+  if (link.rank() == 0) coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path);
   RankLoop loop{plan, link, outputs, worker, coordinator.get()};
   return loop.run();
 }

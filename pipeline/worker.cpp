@@ -140,16 +140,7 @@ void Worker::do_amax(const WorkItem& item) {
 const std::vector<float>& Worker::wkv(size_t table) {
   auto it = wkv_cache_.find(table);
   if (it != wkv_cache_.end()) return it->second;
-  const int layer = plan_.tables[table].layer;
-  const std::string weight_name = plan_.wkv_weight(layer), scale_name = plan_.wkv_scale(layer);
-  const io::Reader& reader = *readers_[plan_.shard_of_tensor(weight_name)];
-  const io::Reader& scale_reader = *readers_[plan_.shard_of_tensor(scale_name)];
-  const io::TensorInfo& weight = reader.tensor(weight_name);
-  const io::TensorInfo& scale = scale_reader.tensor(scale_name);
-  std::vector<uint8_t> codes(weight.end - weight.begin), scales(scale.end - scale.begin);
-  reader.read_bytes(weight.begin, codes);
-  scale_reader.read_bytes(scale.begin, scales);
-  return wkv_cache_[table] = dequantize_wkv_fp8(codes.data(), scales.data(), int(weight.shape[0]), int(weight.shape[1]));
+  return wkv_cache_[table] = read_dequantized_wkv(plan_, plan_.tables[table].layer);
 }
 
 void Worker::do_factor(const WorkItem& item) {

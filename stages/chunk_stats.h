@@ -14,16 +14,18 @@ namespace shardq {
 // Order-free sum of non-negative doubles: each term (one row's sum) is rounded once to a
 // multiple of 2^-64 and added as a 128-bit integer, so any grouping gives the same bits.
 // Range 2^63 (about 9e18) is far above any table's sum of squares.
+__extension__ typedef unsigned __int128 uint128_t; // GCC and Clang, every 64-bit target
+
 struct ExactSum {
   static constexpr double kUnit = 0x1p64;
-  unsigned __int128 value = 0;
-  void add(double term) { value += static_cast<unsigned __int128>(std::nearbyint(term * kUnit)); }
+  uint128_t value = 0;
+  void add(double term) { value += static_cast<uint128_t>(std::nearbyint(term * kUnit)); }
   void merge(const ExactSum& other) { value += other.value; }
   double to_double() const { return double(value) / kUnit; }
   uint64_t high() const { return uint64_t(value >> 64); }
   uint64_t low() const { return uint64_t(value); }
   static ExactSum from_parts(uint64_t high, uint64_t low) {
-    return ExactSum{(static_cast<unsigned __int128>(high) << 64) | low};
+    return ExactSum{(static_cast<uint128_t>(high) << 64) | low};
   }
   bool operator==(const ExactSum&) const = default;
 };

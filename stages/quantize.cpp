@@ -13,80 +13,71 @@ namespace {
 
 constexpr uint64_t kCancelCheckRows = 4096;
 
-bool cancelled(const std::atomic<bool>* cancel) { return cancel && cancel->load(std::memory_order_relaxed); }
+bool is_gptq(QuantMethod method) { return method == QuantMethod::gptq || method == QuantMethod::gptq_mse; }
 
-bool quantize_rows_independent(const Fp8RowChunk& chunk, const QuantizeParams& params, Nvfp4Chunk& out,
-                               const std::atomic<bool>* cancel) {
-  std::vector<float> row(chunk.cols);
-  const int packed_cols = chunk.cols / 2, scale_cols = chunk.cols / Nvfp4::block;
-  for (uint64_t r = 0; r < chunk.rows; ++r) {
-    if (r % kCancelCheckRows == 0 && cancelled(cancel)) return false;
-    dequantize_chunk_row(chunk, r, row.data());
-    BlockStats row_stats;
-    quantize_row_nvfp4_simd(row.data(), chunk.cols, params.global_scale, params.search,
-                       out.packed.data() + r * packed_cols, out.scales.data() + r * scale_cols, row_stats);
-    out.stats.add_row(row_stats);
+// Per-row error sums, so that the totals are exact whatever the chunking; the weighted
+// error through H_c whenever the layer's factors are at hand.
+void add_row_errors(const float* original, const float* dequantized, uint64_t n, int cols, int column,
+                    const QuantizeParams& params, ChunkStats& stats) {
+  for (uint64_t r = 0; r < n; ++r) {
+    BlockStats row_sums;
+    for (int i = 0; i < cols; ++i) {
+      const double x = double(original[r * cols + i]), diff = double(dequantized[r * cols + i]) - x;
+      row_sums.error_sq += diff * diff;
+      row_sums.reference_sq += x * x;
+    }
+    stats.add_row(row_sums);
   }
-  return true;
+  if (!params.factors) return;
+  std::vector<double> weighted_error(n), weighted_reference(n);
+  weighted_error_rows(params.factors->gram[size_t(column)].data(), original, dequantized, int(n), weighted_error.data(),
+                      weighted_reference.data());
+  for (uint64_t r = 0; r < n; ++r) {
+    stats.weighted_error_sq.add(weighted_error[r]);
+    stats.weighted_reference_sq.add(weighted_reference[r]);
+  }
 }
 
 // Rows [first, first + count) of the chunk, all in hash column `column`.
-void quantize_column_piece_gptq(const Fp8RowChunk& chunk, const QuantizeParams& params, int column, uint64_t first,
-                                uint64_t count, Nvfp4Chunk& out, GptqWorkspace& workspace) {
-  const int cols = chunk.cols, packed_cols = cols / 2, scale_cols = cols / Nvfp4::block;
-  std::vector<float> rows(count * cols), original(count * cols), dequantized(cols);
+void quantize_chunk_piece(const Fp8RowChunk& chunk, const QuantizeParams& params, int column, uint64_t first,
+                          uint64_t count, Nvfp4Chunk& out) {
+  const int cols = chunk.cols;
+  std::vector<float> rows(count * cols);
   for (uint64_t r = 0; r < count; ++r) dequantize_chunk_row(chunk, first + r, rows.data() + r * cols);
-  std::copy(rows.begin(), rows.end(), original.begin());
-  BlockStats counters;
-  uint8_t* packed = out.packed.data() + first * packed_cols;
-  uint8_t* scales = out.scales.data() + first * scale_cols;
-  gptq_quantize_rows(rows.data(), int(count), params.factors->upper[column].data(), params.global_scale,
-                     params.search, params.gptq_block, packed, scales, counters, workspace);
-  out.stats.add_counters(counters);
-  // Error sums per row, so that the totals are exact whatever the chunking.
-  const double* gram = params.factors->gram[column].data();
-  for (uint64_t r = 0; r < count; ++r) {
-    const float* x = original.data() + r * cols;
-    dequantize_row_nvfp4(packed + r * packed_cols, scales + r * scale_cols, cols, params.global_scale,
-                         dequantized.data());
-    BlockStats row_sums;
-    for (int i = 0; i < cols; ++i) {
-      const double diff = double(dequantized[i]) - double(x[i]);
-      row_sums.error_sq += diff * diff;
-      row_sums.reference_sq += double(x[i]) * double(x[i]);
-    }
-    out.stats.add_row(row_sums);
-    double weighted_error = 0.0, weighted_reference = 0.0;
-    add_weighted_error(gram, x, dequantized.data(), 1, weighted_error, weighted_reference);
-    out.stats.weighted_error_sq.add(weighted_error);
-    out.stats.weighted_reference_sq.add(weighted_reference);
-  }
-}
-
-bool quantize_rows_gptq(const Fp8RowChunk& chunk, const QuantizeParams& params, Nvfp4Chunk& out,
-                        const std::atomic<bool>* cancel) {
-  if (!params.layout || !params.factors) {
-    throw StageError(fmt::format("{}: GPTQ needs the layer's factors", chunk.tensor));
-  }
-  if (chunk.cols != kGptqCols) {
-    throw StageError(fmt::format("{}: GPTQ rows must have {} values, not {}", chunk.tensor, kGptqCols, chunk.cols));
-  }
-  GptqWorkspace workspace;
-  const auto offsets = params.layout->offsets(params.layer);
-  const auto primes = params.layout->primes(params.layer);
-  uint64_t r = 0;
-  while (r < chunk.rows) {
-    if (cancelled(cancel)) return false;
-    const int column = params.layout->hash_column(params.layer, chunk.first_row + r);
-    const uint64_t column_end = offsets[column] + primes[column];
-    const uint64_t piece_end = std::min<uint64_t>({chunk.rows, column_end - chunk.first_row, r + kCancelCheckRows});
-    quantize_column_piece_gptq(chunk, params, column, r, piece_end - r, out, workspace);
-    r = piece_end;
-  }
-  return true;
+  quantize_column_rows(rows.data(), count, cols, column, params, out.packed.data() + first * (cols / 2),
+                       out.scales.data() + first * (cols / Nvfp4::block), out.stats);
 }
 
 } // namespace
+
+void quantize_column_rows(float* rows, uint64_t n, int cols, int column, const QuantizeParams& params,
+                          uint8_t* packed, uint8_t* scales, ChunkStats& stats) {
+  const int packed_cols = cols / 2, scale_cols = cols / Nvfp4::block;
+  const std::vector<float> original(rows, rows + n * cols);
+  if (is_gptq(params.method)) {
+    if (!params.factors || cols != kGptqCols) {
+      throw StageError(fmt::format("GPTQ needs the layer's factors and rows of {} values", kGptqCols));
+    }
+    thread_local GptqWorkspace workspace;
+    BlockStats counters;
+    gptq_quantize_rows(rows, int(n), params.factors->upper[size_t(column)].data(), params.global_scale, params.search,
+                       params.gptq_block, packed, scales, counters, workspace);
+    stats.add_counters(counters);
+  } else {
+    for (uint64_t r = 0; r < n; ++r) {
+      BlockStats counters;
+      quantize_row_nvfp4_simd(rows + r * cols, cols, params.global_scale, params.search, packed + r * packed_cols,
+                              scales + r * scale_cols, counters);
+      stats.add_counters(counters);
+    }
+  }
+  std::vector<float> dequantized(n * cols);
+  for (uint64_t r = 0; r < n; ++r) {
+    dequantize_row_nvfp4(packed + r * packed_cols, scales + r * scale_cols, cols, params.global_scale,
+                         dequantized.data() + r * cols);
+  }
+  add_row_errors(original.data(), dequantized.data(), n, cols, column, params, stats);
+}
 
 QuantMethod parse_quant_method(const std::string& name) {
   if (name == "rtn") return QuantMethod::rtn;
@@ -125,8 +116,25 @@ void Nvfp4Chunk::resize(uint64_t rows, int cols) {
 bool quantize_chunk_nvfp4(const Fp8RowChunk& chunk, const QuantizeParams& params, Nvfp4Chunk& out,
                           const std::atomic<bool>* cancel) {
   out.resize(chunk.rows, chunk.cols);
-  const bool gptq = params.method == QuantMethod::gptq || params.method == QuantMethod::gptq_mse;
-  return gptq ? quantize_rows_gptq(chunk, params, out, cancel) : quantize_rows_independent(chunk, params, out, cancel);
+  // Pieces never straddle a hash column (each has its own factor) and stay small so that
+  // a stop request is seen quickly.
+  uint64_t r = 0;
+  while (r < chunk.rows) {
+    if (cancel && cancel->load(std::memory_order_relaxed)) return false;
+    uint64_t piece_end = std::min<uint64_t>(chunk.rows, r + kCancelCheckRows);
+    int column = 0;
+    if (params.layout) {
+      column = params.layout->hash_column(params.layer, chunk.first_row + r);
+      const uint64_t column_end = params.layout->offsets(params.layer)[size_t(column)] +
+                                  params.layout->primes(params.layer)[size_t(column)];
+      piece_end = std::min<uint64_t>(piece_end, column_end - chunk.first_row);
+    } else if (is_gptq(params.method)) {
+      throw StageError(fmt::format("{}: GPTQ needs the Engram layout", chunk.tensor));
+    }
+    quantize_chunk_piece(chunk, params, column, r, piece_end - r, out);
+    r = piece_end;
+  }
+  return true;
 }
 
 } // namespace shardq

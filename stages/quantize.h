@@ -50,6 +50,12 @@ struct Nvfp4Chunk {
   void resize(uint64_t rows, int cols);
 };
 
+// Rows of one hash column, dequantized (n x cols, row-major; overwritten by GPTQ's
+// feedback), with any method: codes and scales out, exact per-row sums into stats, and
+// the weighted error through H_c whenever params.factors is set (every method).
+void quantize_column_rows(float* rows, uint64_t n, int cols, int column, const QuantizeParams& params,
+                          uint8_t* packed, uint8_t* scales, ChunkStats& stats);
+
 // Returns false when `cancel` became true mid-chunk (the chunk is then incomplete and
 // must be dropped). Stats are exact per row (ChunkStats), so any chunking sums alike.
 bool quantize_chunk_nvfp4(const Fp8RowChunk& chunk, const QuantizeParams& params, Nvfp4Chunk& out,

@@ -149,9 +149,9 @@ double dot(const double* a, const double* b) {
 }
 
 // One tile of up to kTile rows: [E; X] (2 kTile x 256, zero-padded, fp64) times H by one
-// dgemm of fixed shape, then each row's quadratic form, rows in order.
-void add_weighted_error_tile(const double* gram, const float* original, const float* dequantized, int rows,
-                             double* stacked, double* product, double& error_sq, double& reference_sq) {
+// dgemm of fixed shape, then each row's quadratic form.
+void weighted_error_tile(const double* gram, const float* original, const float* dequantized, int rows,
+                         double* stacked, double* product, double* row_error, double* row_reference) {
   std::fill(stacked, stacked + size_t(2) * kTile * kCols, 0.0);
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < kCols; ++c) {
@@ -162,8 +162,8 @@ void add_weighted_error_tile(const double* gram, const float* original, const fl
   cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2 * kTile, kCols, kCols, 1.0, stacked, kCols, gram, kCols,
               0.0, product, kCols);
   for (int r = 0; r < rows; ++r) {
-    error_sq += dot(stacked + size_t(r) * kCols, product + size_t(r) * kCols);
-    reference_sq += dot(stacked + size_t(kTile + r) * kCols, product + size_t(kTile + r) * kCols);
+    row_error[r] = dot(stacked + size_t(r) * kCols, product + size_t(r) * kCols);
+    row_reference[r] = dot(stacked + size_t(kTile + r) * kCols, product + size_t(kTile + r) * kCols);
   }
 }
 
@@ -221,13 +221,22 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
   }
 }
 
+void weighted_error_rows(const double* gram, const float* original, const float* dequantized, int rows,
+                         double* row_error, double* row_reference) {
+  thread_local std::vector<double> stacked(size_t(2) * kTile * kCols), product(size_t(2) * kTile * kCols);
+  for (int r0 = 0; r0 < rows; r0 += kTile)
+    weighted_error_tile(gram, original + size_t(r0) * kCols, dequantized + size_t(r0) * kCols,
+                        std::min(kTile, rows - r0), stacked.data(), product.data(), row_error + r0, row_reference + r0);
+}
+
 void add_weighted_error(const double* gram, const float* original, const float* dequantized, int rows,
                         double& error_sq, double& reference_sq) {
-  std::vector<double> stacked(size_t(2) * kTile * kCols);
-  std::vector<double> product(size_t(2) * kTile * kCols);
-  for (int r0 = 0; r0 < rows; r0 += kTile)
-    add_weighted_error_tile(gram, original + size_t(r0) * kCols, dequantized + size_t(r0) * kCols,
-                            std::min(kTile, rows - r0), stacked.data(), product.data(), error_sq, reference_sq);
+  std::vector<double> row_error(static_cast<size_t>(rows)), row_reference(static_cast<size_t>(rows));
+  weighted_error_rows(gram, original, dequantized, rows, row_error.data(), row_reference.data());
+  for (int r = 0; r < rows; ++r) {
+    error_sq += row_error[size_t(r)];
+    reference_sq += row_reference[size_t(r)];
+  }
 }
 
 void add_weighted_error_nvfp4(const double* gram, const float* original, const uint8_t* packed,
