@@ -1,0 +1,170 @@
+# Shared helpers for the resume and MPI script tests (sourced, not a test itself).
+# Needs SHARDQ_BIN and SHARDQ_SOURCE_DIR (ctest sets both). Every test works in its own
+# mktemp -d folder, removed on exit, and ends every process it started by pid.
+
+set -euo pipefail
+
+: "${SHARDQ_BIN:?SHARDQ_BIN must name the shardq binary}"
+: "${SHARDQ_SOURCE_DIR:?SHARDQ_SOURCE_DIR must name the source tree}"
+# shellcheck source=/dev/null
+source "$SHARDQ_SOURCE_DIR/scripts/mpi_env.sh"
+
+JOB="$SHARDQ_SOURCE_DIR/jobs/demo-engram-nvfp4.toml"
+WORK="$(mktemp -d)"
+STARTED_PIDS=()
+
+cleanup() {
+  local pid
+  for pid in "${STARTED_PIDS[@]:-}"; do
+    [[ -n "$pid" ]] && kill_tree "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+note() { echo "--- $*" >&2; }
+
+now() { date +%s.%N; }
+seconds_since() { python3 -c "import sys,time; print(f'{time.time()-float(sys.argv[1]):.3f}')" "$1"; }
+
+# kill -9 a process and its children (mpirun's ranks run in their own process groups).
+kill_tree() {
+  local pid=$1 child
+  for child in $(pgrep -P "$pid" 2>/dev/null || true); do kill_tree "$child"; done
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+# The ranks mpirun started: its children running the shardq binary.
+rank_pids() {
+  local pid
+  for pid in $(pgrep -P "$1" 2>/dev/null || true); do
+    [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == "$(readlink -f "$SHARDQ_BIN")" ]] && echo "$pid"
+  done
+  return 0
+}
+
+# The pid of rank R under mpirun pid P (from the rank's environment).
+rank_pid() {
+  local parent=$1 rank=$2 pid
+  for pid in $(rank_pids "$parent"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+      echo "$pid"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# make_fixture DIR [engram_vocab]: the miniature checkpoint (smaller tables = faster tests).
+make_fixture() {
+  "$SHARDQ_BIN" fixture --preset dsv41-mini --out "$1" --engram-vocab "${2:-600}" >/dev/null
+}
+
+# shardq_cmd NP ARGS...: the command line of `shardq run` on NP ranks (NP=0: no mpirun).
+shardq_cmd() {
+  local np=$1
+  shift
+  if [[ "$np" == 0 ]]; then
+    echo "$SHARDQ_BIN" run "$@"
+  else
+    echo mpirun -np "$np" "$SHARDQ_BIN" run "$@"
+  fi
+}
+
+# run_shardq NP LOG ARGS...: runs to the end; returns shardq's (or mpirun's) exit code.
+run_shardq() {
+  local np=$1 log=$2
+  shift 2
+  local rc=0
+  # shellcheck disable=SC2046
+  $(shardq_cmd "$np" "$@") >"$log" 2>&1 || rc=$?
+  return $rc
+}
+
+# Number of tables and the done flags of one table's chunks, read with h5dump (an
+# independent reader of the checkpoint).
+checkpoint_tables() {
+  h5ls "$1/tables" | awk '{print $1}' | sort -n
+}
+
+# done_chunks CHECKPOINT: "T I" for every chunk the checkpoint records done.
+done_chunks() {
+  local ckpt=$1 t
+  [[ -f "$ckpt" ]] || ckpt="$ckpt.prev"
+  [[ -f "$ckpt" ]] || return 0
+  for t in $(checkpoint_tables "$ckpt"); do
+    h5dump -d "/tables/$t/chunk_state" -y -w0 "$ckpt" |
+      awk -v t="$t" '/DATA \{/{data=1; next} data && /\}/{data=0} data {
+        gsub(/[ ,]+/, " "); n = split($0, v, " "); for (i = 1; i <= n; ++i) if (v[i] == 1) print t, i0 + i - 1; i0 += n }'
+  done
+}
+
+# pending_count CHECKPOINT DATASET: how many entries of /tables/*/DATASET are 0.
+pending_count() {
+  local ckpt=$1 dataset=$2 t total=0 n
+  for t in $(checkpoint_tables "$ckpt"); do
+    n=$(h5dump -d "/tables/$t/$dataset" -y -w0 "$ckpt" |
+      awk '/DATA \{/{data=1; next} data && /\}/{data=0} data { gsub(/[ ,]+/, " "); n = split($0, v, " ");
+        for (i = 1; i <= n; ++i) if (v[i] == 0) z++ } END { print z + 0 }')
+    total=$((total + n))
+  done
+  echo "$total"
+}
+
+# finished_steps CHECKPOINT: the checkpoint's finished steps, one a line.
+finished_steps() {
+  h5dump -d /finished -y -w0 "$1" | awk '/DATA \{/{data=1; next} data && /^ *\}/{data=0} data' |
+    grep -o '"[^"]*"' | tr -d '"'
+}
+
+# assigned_quantize LOG: "T I" for every quantize assignment rank 0 logged (SHARDQ_LOG=debug).
+assigned_quantize() {
+  grep -o 'assign 2 table [0-9]* index [0-9]*' "$1" | awk '{print $4, $6}' || true
+}
+
+# check_no_redo BEFORE_DONE LOG: no chunk recorded done before the run was assigned again.
+check_no_redo() {
+  local redone
+  redone=$(comm -12 <(sort -u "$1") <(assigned_quantize "$2" | sort -u))
+  [[ -z "$redone" ]] || fail "chunks recorded done were computed again: $(echo "$redone" | tr '\n' ';') (log $2)"
+}
+
+# digest DST: one line per output file: sha256 and name; the report is compared without
+# its timing fields (run section, per-table chunks/compute_seconds/rows_per_compute_second).
+digest() {
+  python3 - "$1" <<'EOF'
+import hashlib, json, os, sys
+dst = sys.argv[1]
+for name in sorted(os.listdir(dst)):
+    path = os.path.join(dst, name)
+    if name.startswith(".") or os.path.isdir(path):
+        continue
+    data = open(path, "rb").read()
+    if name == "engram-nvfp4.json":
+        report = json.loads(data)
+        report.pop("run", None)
+        for table in report.get("tables", []):
+            for key in ("chunks", "compute_seconds", "rows_per_compute_second"):
+                table.pop(key, None)
+        data = json.dumps(report, sort_keys=True).encode()
+    print(hashlib.sha256(data).hexdigest(), name)
+EOF
+}
+
+# same_output REFERENCE_DST DST: byte-identical outputs (report without timing fields).
+same_output() {
+  local a b
+  a=$(digest "$1")
+  b=$(digest "$2")
+  if [[ "$a" != "$b" ]]; then
+    diff <(echo "$a") <(echo "$b") >&2 || true
+    fail "$2 differs from the uninterrupted output $1"
+  fi
+  [[ -n "$(ls "$2"/*.partial 2>/dev/null)" ]] && fail "$2 still holds .partial files"
+  return 0
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Kill -9 at seeded-random instants over every stage (amax, quantize, checkpoint saves,
+# shard finalization, index/config/report) and at random wall-clock delays, resuming
+# with the same command each time on 1 or 2 ranks. Checks after every resume that no
+# chunk recorded done was assigned again, that done chunks never get lost, and at the
+# end that the output is byte-identical to an uninterrupted run.
+#
+# SHARDQ_TEST_SEED picks the instants (default 20261130); the seed is printed so a
+# failure can be replayed.
+source "$(dirname "$0")/lib.sh"
+
+SEED=${SHARDQ_TEST_SEED:-20261130}
+RANDOM=$SEED
+MIN_KILLS=12
+METHOD=${SHARDQ_TEST_METHOD:-mse}
+echo "seed $SEED, method $METHOD"
+
+make_fixture "$WORK/src"
+COMMON=(--src "$WORK/src" --set "quant.method=$METHOD" --set run.rows_per_chunk=1024)
+
+start=$(now)
+run_shardq 0 "$WORK/ref.log" "$JOB" "${COMMON[@]}" --dst "$WORK/ref" || fail "uninterrupted run failed: $(tail -5 "$WORK/ref.log")"
+REF_SECONDS=$(seconds_since "$start")
+echo "uninterrupted run: $REF_SECONDS s"
+
+DST="$WORK/out"
+CKPT="$DST/.shardq/checkpoint.h5"
+ARGS=("$JOB" "${COMMON[@]}" --dst "$DST")
+
+random_between() { echo $((RANDOM % ($2 - $1 + 1) + $1)); }
+random_ranks() { local choices=(0 1 2); echo "${choices[RANDOM % 3]}"; }
+is_finished() { [[ -f "$CKPT" ]] && finished_steps "$CKPT" | grep -qx "$1"; }
+shards_left() { [[ ! -f "$CKPT" ]] || [[ $(finished_steps "$CKPT" | grep -c '^shard:') -lt 2 ]]; }
+
+# An event that will surely be passed by the next run, with a random count, following
+# the order of the stages: what is finished can no longer be crashed in.
+pick_crash() {
+  local wanted=$1
+  local amax_left=1 chunks_left=1
+  if [[ -f "$CKPT" ]]; then
+    amax_left=$(pending_count "$CKPT" amax_done)
+    chunks_left=$(pending_count "$CKPT" chunk_state)
+  fi
+  case $wanted in
+    amax) ((amax_left > 0)) && { echo "amax:$(random_between 1 "$((amax_left < 20 ? amax_left : 20))")"; return; } ;;
+    quantize) ((chunks_left > 0)) && { echo "quantize:$(random_between 1 "$((chunks_left < 12 ? chunks_left : 12))")"; return; } ;;
+    save) shards_left && { echo "save:$(random_between 1 3)"; return; } ;;
+    finalize) shards_left && { echo "finalize:1"; return; } ;;
+    index | config | report) is_finished "$wanted" || { echo "$wanted:1"; return; } ;;
+  esac
+  echo ""
+}
+
+KILLS=0
+ASSIGNED=0 # quantize assignments seen in the logs: the no-redo check is not vacuous
+declare -A CRASHED=()
+ATTEMPT=0
+COMPLETE=0
+
+# One run of the same command; $1 = crash spec or "wall:<seconds>".
+attempt() {
+  local spec=$1 np
+  np=$(random_ranks)
+  ATTEMPT=$((ATTEMPT + 1))
+  local log="$WORK/attempt$ATTEMPT.log" before="$WORK/before$ATTEMPT" after="$WORK/after$ATTEMPT"
+  done_chunks "$CKPT" >"$before"
+  local rc=0
+  if [[ $spec == wall:* ]]; then
+    # shellcheck disable=SC2046
+    SHARDQ_LOG=debug $(shardq_cmd "$np" "${ARGS[@]}") >"$log" 2>&1 &
+    local pid=$!
+    STARTED_PIDS+=("$pid")
+    sleep "${spec#wall:}"
+    kill_tree "$pid"
+    wait "$pid" || rc=$?
+  else
+    SHARDQ_CRASH_AT=$spec SHARDQ_LOG=debug run_shardq "$np" "$log" "${ARGS[@]}" || rc=$?
+  fi
+  wait_for_no_rank "$DST"
+  done_chunks "$CKPT" >"$after"
+  echo "attempt $ATTEMPT: $spec on $np ranks (0 = no mpirun): exit $rc, $(wc -l <"$before") -> $(wc -l <"$after") chunks done"
+  check_no_redo "$before" "$log"
+  ASSIGNED=$((ASSIGNED + $(assigned_quantize "$log" | wc -l)))
+  local lost
+  lost=$(comm -23 <(sort "$before") <(sort "$after"))
+  [[ -z "$lost" ]] || fail "attempt $ATTEMPT: chunks recorded done are no longer done: $lost"
+  if ((rc == 0)); then
+    [[ $spec == wall:* || $spec == none:* ]] || fail "attempt $ATTEMPT: $spec did not kill the run (log $log): $(tail -3 "$log")"
+    COMPLETE=1
+  else
+    grep -q "shardq: error" "$log" && fail "attempt $ATTEMPT: the run failed instead of being killed: $(grep 'shardq: error' "$log")"
+    KILLS=$((KILLS + 1))
+    CRASHED["${spec%%:*}"]=1
+  fi
+}
+
+# No rank of a killed run may outlive it (it would write next to the resumed run).
+wait_for_no_rank() {
+  local i
+  for i in $(seq 1 100); do
+    pgrep -f -- "--dst $1( |$)" >/dev/null || return 0
+    sleep 0.1
+  done
+  fail "ranks of a killed run are still alive: $(pgrep -af -- "--dst $1( |$)")"
+}
+
+# Stages in order, some twice, with wall-clock kills in between.
+PLAN=(amax amax save quantize wall quantize finalize quantize save wall quantize finalize quantize index config report)
+for stage in "${PLAN[@]}"; do
+  ((COMPLETE)) && break
+  if [[ $stage == wall ]]; then
+    spec="wall:$(python3 -c "import sys; print(f'{float(sys.argv[1]) * float(sys.argv[2]) / 100:.2f}')" "$REF_SECONDS" "$(random_between 10 40)")"
+  else
+    spec=$(pick_crash "$stage")
+    [[ -n "$spec" ]] || continue
+  fi
+  attempt "$spec"
+done
+while ((!COMPLETE)); do
+  attempt "none:0"
+done
+echo "$KILLS kills over $ATTEMPT runs"
+((KILLS >= MIN_KILLS)) || fail "only $KILLS kills happened (wanted at least $MIN_KILLS)"
+TOTAL_CHUNKS=$(wc -l < <(done_chunks "$CKPT"))
+((ASSIGNED >= TOTAL_CHUNKS)) || fail "the logs show $ASSIGNED quantize assignments for $TOTAL_CHUNKS chunks"
+for event in amax quantize save finalize index config report wall; do
+  [[ -n "${CRASHED[$event]:-}" ]] || fail "no kill happened in stage $event"
+done
+same_output "$WORK/ref" "$DST"
+echo "PASS: output identical to the uninterrupted run after $KILLS kills"
