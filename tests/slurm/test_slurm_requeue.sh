@@ -10,6 +10,7 @@ set -euo pipefail
 
 : "${SHARDQ_BIN:?set SHARDQ_BIN to the shardq binary}"
 : "${SHARDQ_SOURCE_DIR:?set SHARDQ_SOURCE_DIR to the source tree}"
+SHARDQ_BIN=$(realpath "$SHARDQ_BIN") # the batch job runs in another folder
 readonly RANKS=${RANKS:-2}
 export LAUNCHER=${LAUNCHER:-srun}
 source "$SHARDQ_SOURCE_DIR/scripts/mpi_env.sh"
@@ -92,7 +93,10 @@ wait_until 30 "the job id" grep -qE '^[0-9]+' "$tmp/sbatch.out"
 job_id=$(grep -oE '^[0-9]+' "$tmp/sbatch.out" | head -n 1)
 checkpoint=$tmp/out/.shardq/checkpoint.h5
 
-chunks_reached() { (($(chunks_done "$checkpoint" || echo 0) >= interrupt_after_chunks)); }
+chunks_reached() {
+  kill -0 "$sbatch_pid" 2>/dev/null || fail "job $job_id ended before it could be interrupted: $(cat "$tmp/sbatch.out")"
+  (($(chunks_done "$checkpoint" || echo 0) >= interrupt_after_chunks))
+}
 wait_until 120 "$interrupt_after_chunks chunks in $checkpoint" chunks_reached
 [ "$(job_state "$job_id")" = RUNNING ] || fail "job $job_id is not running any more; the run is too short to interrupt"
 

@@ -8,6 +8,7 @@ set -euo pipefail
 
 : "${SHARDQ_BIN:?set SHARDQ_BIN to the shardq binary}"
 : "${SHARDQ_SOURCE_DIR:?set SHARDQ_SOURCE_DIR to the source tree}"
+SHARDQ_BIN=$(realpath "$SHARDQ_BIN")
 source "$SHARDQ_SOURCE_DIR/scripts/mpi_env.sh"
 
 readonly sparks=$SHARDQ_SOURCE_DIR/slurm/sparks.sh
