@@ -36,6 +36,7 @@ fail() {
 }
 
 cleanup() {
+  set +e # every step runs, even after one fails
   [ -n "$sbatch_pid" ] && kill "$sbatch_pid" 2>/dev/null
   [ -n "${job_id:-}" ] && scancel "$job_id" 2>/dev/null
   local_slurm_stop

@@ -20,7 +20,11 @@ readonly overrides=(--set quant.method=mse --set quant.mse_candidates=16 --set r
 tmp=$(mktemp -d /tmp/shardq-sparks-test.XXXXXX)
 sparks_pid=""
 cleanup() {
-  [ -n "$sparks_pid" ] && kill -KILL "$sparks_pid" 2>/dev/null
+  set +e # every step runs, even after one fails
+  if [ -n "$sparks_pid" ]; then # mpirun runs in its own session: end it first
+    kill -TERM "$(pgrep -P "$sparks_pid" -x mpirun)" 2>/dev/null
+    kill -KILL "$sparks_pid" 2>/dev/null
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
