@@ -250,6 +250,8 @@ struct RankLoop {
     }
     worker.stop();
     link.drain();
+    // One line per rank: under mpirun only the first non-zero code reaches the caller.
+    if (exit_code == kExitInterrupted) spdlog::warn("stopped for a signal: exit {}", exit_code);
     return exit_code;
   }
 };
