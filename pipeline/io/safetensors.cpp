@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstring>
 #include <set>
 #include <utility>
 
+#include "pipeline/io/posix_file.h"
 #include "pipeline/io/strict_json.h"
 
 namespace shardq::io {
@@ -62,31 +62,6 @@ std::optional<uint64_t> checked_bytes(uint64_t count, int bits) {
   uint64_t total_bits = 0;
   if (__builtin_mul_overflow(count, uint64_t(bits), &total_bits) || total_bits % 8 != 0) return std::nullopt;
   return total_bits / 8;
-}
-
-std::string errno_text(int error) { return std::strerror(error); }
-
-void pread_full(int fd, uint8_t* out, uint64_t size, uint64_t offset, const std::string& label) {
-  while (size > 0) {
-    const ssize_t got = ::pread(fd, out, size, off_t(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw IoError(fmt::format("{}: read of {} bytes at offset {} failed: {}", label, size, offset, errno_text(errno)));
-    if (got == 0) throw IoError(fmt::format("{}: file ended at offset {} while {} more bytes were expected", label, offset, size));
-    out += got;
-    size -= uint64_t(got);
-    offset += uint64_t(got);
-  }
-}
-
-void pwrite_full(int fd, const uint8_t* bytes, uint64_t size, uint64_t offset, const std::string& label) {
-  while (size > 0) {
-    const ssize_t put = ::pwrite(fd, bytes, size, off_t(offset));
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) throw IoError(fmt::format("{}: write of {} bytes at offset {} failed: {}", label, size, offset, errno_text(put < 0 ? errno : EIO)));
-    bytes += put;
-    size -= uint64_t(put);
-    offset += uint64_t(put);
-  }
 }
 
 constexpr uint64_t kMaxHeaderLength = 100'000'000;
@@ -177,19 +152,6 @@ void check_layout(std::vector<TensorInfo>& tensors, uint64_t buffer_size, const 
     throw IoError(fmt::format("{}: tensors end at buffer offset {} but the file holds {} bytes of data: {} trailing bytes", label,
                               expected, buffer_size, buffer_size - expected));
   }
-}
-
-void fsync_folder(const std::filesystem::path& folder) {
-  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw IoError(fmt::format("{}: cannot open folder to fsync: {}", folder.string(), errno_text(errno)));
-  const int rc = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (rc != 0) throw IoError(fmt::format("{}: fsync of folder failed: {}", folder.string(), errno_text(error)));
-}
-
-std::filesystem::path folder_of(const std::filesystem::path& path) {
-  return path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
 }
 
 // Byte offset of rows [first_row, ...) inside the tensor, checking that rows are whole
@@ -349,6 +311,7 @@ std::vector<TensorInfo> Writer::plan(const std::vector<TensorSpec>& specs, uint6
   const uint64_t unpadded = 8 + text.size();
   const uint64_t padded = (unpadded + kAlignment - 1) / kAlignment * kAlignment;
   text.append(padded - unpadded, ' ');
+  if (offset > uint64_t(INT64_MAX) - padded) throw IoError(fmt::format("cannot plan {} bytes of tensors: the file size overflows off_t", offset));
   if (data_offset) *data_offset = padded;
   if (header) *header = std::move(text);
   return tensors;

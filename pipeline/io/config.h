@@ -1,0 +1,21 @@
+// config.json and other JSON documents we rewrite: key order is kept as read
+// (nlohmann::ordered_json) so a diff against the source shows only what we changed.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "pipeline/io/io_error.h"
+
+namespace shardq::io {
+
+// Reads a JSON object (duplicate keys and non-UTF-8 refused, 100 MB cap).
+nlohmann::ordered_json read_json_object(const std::filesystem::path& path);
+
+// Writes JSON indented by 2 with a trailing newline, atomically (write_file_atomic).
+void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& json);
+
+inline nlohmann::ordered_json read_config(const std::filesystem::path& path) { return read_json_object(path); }
+inline void write_config(const std::filesystem::path& path, const nlohmann::ordered_json& config) { write_json_file(path, config); }
+
+} // namespace shardq::io

@@ -1,0 +1,44 @@
+// model.safetensors.index.json: {"metadata": {"total_size": N, ...}, "weight_map": {tensor: shard}}.
+// Shard names come from untrusted files and are joined to a folder, so each must be a plain
+// file name: never absolute, never with '/', '\\' or '..' (RELIABILITY.md "Untrusted checkpoints").
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "pipeline/io/io_error.h"
+
+namespace shardq::io {
+
+struct ShardIndex {
+  uint64_t total_size = 0; // sum of tensor bytes
+  nlohmann::ordered_json extra_metadata = nlohmann::ordered_json::object(); // other "metadata" keys, kept
+  std::vector<std::pair<std::string, std::string>> weight_map;              // tensor -> shard, file order
+
+  // Distinct shard names in order of first appearance.
+  std::vector<std::string> shard_files() const;
+  // The shard holding a tensor, or nullptr.
+  const std::string* shard_of(std::string_view tensor) const;
+};
+
+inline constexpr std::string_view kIndexFileName = "model.safetensors.index.json";
+
+// Throws IoError naming the index file and the entry when a shard name could leave its folder.
+void check_shard_name(std::string_view shard, const std::filesystem::path& index_file, std::string_view tensor);
+
+// Parses and checks every shard name; does not look at the shards themselves.
+ShardIndex read_index(const std::filesystem::path& index_file);
+// Throws "missing shard" (naming index, tensor and shard) when a referenced file is absent.
+void validate_shards(const std::filesystem::path& index_file, const ShardIndex& index);
+// read_index + validate_shards: what a loader of a source checkpoint wants.
+ShardIndex load_index(const std::filesystem::path& index_file);
+
+// Writes atomically (tmp + fsync + rename + fsync folder), indent 2, trailing newline.
+void write_index(const std::filesystem::path& index_file, const ShardIndex& index);
+
+} // namespace shardq::io

@@ -1,0 +1,188 @@
+// pipeline/io index.json, config.json and atomic file writes: order kept, shard names that
+// could escape the folder refused, missing shards found.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "pipeline/io/atomic_file.h"
+#include "pipeline/io/config.h"
+#include "pipeline/io/index.h"
+#include "io_test_util.h"
+
+namespace shardq::io {
+namespace {
+
+using test::ScratchDir;
+using ::testing::HasSubstr;
+
+TEST(IoAtomicFile, ReplacesTheFileAndLeavesNoTemporary) {
+  ScratchDir dir;
+  const auto path = dir / "report.json";
+  test::write_text(path, "old");
+  write_file_atomic(path, "new contents");
+  EXPECT_EQ(test::read_text(path), "new contents");
+  EXPECT_FALSE(std::filesystem::exists(dir / "report.json.tmp"));
+}
+
+TEST(IoAtomicFile, ReportsAnUnwritableFolder) {
+  ScratchDir dir;
+  try {
+    write_file_atomic(dir / "no_such_folder" / "x.json", "{}");
+    FAIL() << "wrote into a missing folder";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("no_such_folder/x.json.tmp: cannot create"));
+  }
+}
+
+TEST(IoAtomicFile, BoundedReadRefusesLargerFiles) {
+  ScratchDir dir;
+  test::write_text(dir / "big.json", std::string(100, ' '));
+  EXPECT_EQ(read_file_bounded(dir / "big.json", 100).size(), 100u);
+  try {
+    read_file_bounded(dir / "big.json", 99);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("big.json: file is 100 bytes, more than the 99 allowed"));
+  }
+}
+
+TEST(IoConfig, KeepsKeyOrderAndWritesIndentedWithNewline) {
+  ScratchDir dir;
+  const auto path = dir / "config.json";
+  test::write_text(path, R"({"zeta": 1, "alpha": {"y": true, "b": [1, 2]}, "mid": "x"})");
+  nlohmann::ordered_json config = read_config(path);
+  config["new_key"] = nullptr;
+  write_config(path, config);
+  const std::string expected =
+      "{\n"
+      "  \"zeta\": 1,\n"
+      "  \"alpha\": {\n"
+      "    \"y\": true,\n"
+      "    \"b\": [\n"
+      "      1,\n"
+      "      2\n"
+      "    ]\n"
+      "  },\n"
+      "  \"mid\": \"x\",\n"
+      "  \"new_key\": null\n"
+      "}\n";
+  EXPECT_EQ(test::read_text(path), expected);
+}
+
+TEST(IoConfig, RejectsDuplicateKeysAndNonObjects) {
+  ScratchDir dir;
+  test::write_text(dir / "dup.json", R"({"a": 1, "b": {"c": 1, "c": 2}})");
+  try {
+    read_config(dir / "dup.json");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("dup.json: content: duplicate key 'c'"));
+  }
+  test::write_text(dir / "list.json", "[1]");
+  try {
+    read_config(dir / "list.json");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("list.json: content is array, not a JSON object"));
+  }
+}
+
+ShardIndex sample_index() {
+  ShardIndex index;
+  index.total_size = 1234;
+  index.extra_metadata["format"] = "pt";
+  index.weight_map = {{"z.weight", "model-00002-of-00002.safetensors"},
+                      {"a.weight", "model-00001-of-00002.safetensors"},
+                      {"m.weight", "model-00002-of-00002.safetensors"}};
+  return index;
+}
+
+TEST(IoIndex, RoundTripsInOrder) {
+  ScratchDir dir;
+  const auto path = dir / std::string(kIndexFileName);
+  write_index(path, sample_index());
+  const std::string expected =
+      "{\n"
+      "  \"metadata\": {\n"
+      "    \"total_size\": 1234,\n"
+      "    \"format\": \"pt\"\n"
+      "  },\n"
+      "  \"weight_map\": {\n"
+      "    \"z.weight\": \"model-00002-of-00002.safetensors\",\n"
+      "    \"a.weight\": \"model-00001-of-00002.safetensors\",\n"
+      "    \"m.weight\": \"model-00002-of-00002.safetensors\"\n"
+      "  }\n"
+      "}\n";
+  EXPECT_EQ(test::read_text(path), expected);
+  const ShardIndex back = read_index(path);
+  EXPECT_EQ(back.total_size, 1234u);
+  EXPECT_EQ(back.weight_map, sample_index().weight_map);
+  EXPECT_EQ(back.extra_metadata, sample_index().extra_metadata);
+  EXPECT_EQ(back.shard_files(), (std::vector<std::string>{"model-00002-of-00002.safetensors", "model-00001-of-00002.safetensors"}));
+  ASSERT_NE(back.shard_of("a.weight"), nullptr);
+  EXPECT_EQ(*back.shard_of("a.weight"), "model-00001-of-00002.safetensors");
+  EXPECT_EQ(back.shard_of("nope"), nullptr);
+}
+
+// Writes an index with one entry pointing at `shard` and expects read_index to refuse it.
+void expect_shard_refused(const std::string& shard, const std::string& problem) {
+  ScratchDir dir;
+  const auto path = dir / std::string(kIndexFileName);
+  const nlohmann::json json = {{"metadata", {{"total_size", 4}}}, {"weight_map", {{"t.weight", shard}}}};
+  test::write_text(path, json.dump());
+  try {
+    read_index(path);
+    FAIL() << "accepted shard name " << shard;
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path.string()));
+    EXPECT_THAT(e.what(), HasSubstr("weight_map entry 't.weight': shard name '" + shard + "' " + problem));
+  }
+}
+
+TEST(IoIndex, RefusesShardEscapingTheFolderWithDotDot) { expect_shard_refused("../x.safetensors", "contains '/'"); }
+TEST(IoIndex, RefusesBareDotDot) { expect_shard_refused("..", "contains '..'"); }
+TEST(IoIndex, RefusesAbsoluteShard) { expect_shard_refused("/etc/passwd", "is an absolute path"); }
+TEST(IoIndex, RefusesShardInASubfolder) { expect_shard_refused("a/b.safetensors", "contains '/'"); }
+TEST(IoIndex, RefusesBackslash) { expect_shard_refused("a\\b.safetensors", "contains '\\'"); }
+TEST(IoIndex, RefusesEmptyShard) { expect_shard_refused("", "is empty"); }
+
+TEST(IoIndex, WriteRefusesEscapingShardNames) {
+  ScratchDir dir;
+  ShardIndex index;
+  index.weight_map = {{"t", "../evil.safetensors"}};
+  EXPECT_THROW(write_index(dir / "i.json", index), IoError);
+  EXPECT_FALSE(std::filesystem::exists(dir / "i.json"));
+}
+
+TEST(IoIndex, FindsMissingShard) {
+  ScratchDir dir;
+  const auto path = dir / std::string(kIndexFileName);
+  write_index(path, sample_index());
+  test::write_text(dir / "model-00002-of-00002.safetensors", "x");
+  try {
+    load_index(path);
+    FAIL() << "a missing shard went unnoticed";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(path.string()));
+    EXPECT_THAT(e.what(), HasSubstr("missing shard 'model-00001-of-00002.safetensors' (holds tensor 'a.weight')"));
+  }
+  test::write_text(dir / "model-00001-of-00002.safetensors", "x");
+  EXPECT_EQ(load_index(path).weight_map.size(), 3u);
+}
+
+TEST(IoIndex, RefusesDuplicateTensorsAndBadTotals) {
+  ScratchDir dir;
+  test::write_text(dir / "dup.json", R"({"weight_map": {"a": "s.safetensors", "a": "t.safetensors"}})");
+  try {
+    read_index(dir / "dup.json");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("dup.json: content: duplicate key 'a'"));
+  }
+  test::write_text(dir / "neg.json", R"({"metadata": {"total_size": -5}, "weight_map": {}})");
+  EXPECT_THROW(read_index(dir / "neg.json"), IoError);
+  test::write_text(dir / "nomap.json", R"({"metadata": {}})");
+  EXPECT_THROW(read_index(dir / "nomap.json"), IoError);
+}
+
+} // namespace
+} // namespace shardq::io
