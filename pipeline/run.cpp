@@ -73,7 +73,9 @@ void link_unchanged(const Plan& plan) {
 
 bool output_complete(const Plan& plan, const std::optional<LoadResult>& loaded) {
   if (!std::filesystem::exists(plan.dst / kIndexFile)) return false;
-  if (!loaded) return true;
+  // Without a checkpoint, the report (written last) tells a finished output from one
+  // killed while writing index, config and report.
+  if (!loaded) return std::filesystem::exists(plan.dst / kReportFile);
   const auto& finished = loaded->state.finished;
   return std::find(finished.begin(), finished.end(), "report") != finished.end();
 }

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Which checkpoints a run accepts (DESIGN.md "Checkpoint and resume", RELIABILITY.md
+# "Checkpoints"):
+#   - one of another job (other method, other source) is refused, naming the field;
+#   - a truncated or bit-flipped newest generation falls back to .prev and says so, as
+#     does a missing newest one; the resumed output is still the uninterrupted bytes;
+#   - with both generations corrupt the run is refused with "use --fresh";
+#   - --fresh starts over, also over shards another job finalized;
+#   - the same command on a finished job exits 0 and does nothing; a complete output
+#     without its checkpoint needs --force;
+#   - h5dump reads the checkpoint.
+source "$(dirname "$0")/lib.sh"
+
+make_fixture "$WORK/src"
+COMMON=(--src "$WORK/src" --set run.rows_per_chunk=1024)
+RTN=(--set quant.method=rtn)
+run_shardq 0 "$WORK/ref.log" "$JOB" "${COMMON[@]}" "${RTN[@]}" --dst "$WORK/ref" || fail "uninterrupted run failed"
+
+DST="$WORK/out"
+CKPT="$DST/.shardq/checkpoint.h5"
+ARGS=("$JOB" "${COMMON[@]}" "${RTN[@]}" --dst "$DST")
+
+expect_refusal() { # LOG PATTERN...: the run failed and its message holds every pattern
+  local log=$1 pattern
+  shift
+  for pattern in "$@"; do
+    grep -q -- "$pattern" "$log" || fail "expected '$pattern' in: $(grep 'error' "$log" || tail -3 "$log")"
+  done
+  echo "refused: $(grep -o 'shardq: error: .*' "$log" | cut -c1-220)"
+}
+
+# Interrupted after some chunks are recorded.
+SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/crash1.log" "${ARGS[@]}" && fail "the crash did not happen"
+(($(done_chunks "$CKPT" | wc -l) > 0)) || fail "no chunk recorded before the crash"
+
+h5dump -H "$CKPT" >"$WORK/h5dump.txt" || fail "h5dump cannot read $CKPT"
+grep -q 'DATASET "chunk_state"' "$WORK/h5dump.txt" || fail "h5dump shows no chunk_state"
+
+rc=0
+run_shardq 0 "$WORK/method.log" "$JOB" "${COMMON[@]}" --set quant.method=mse --dst "$DST" || rc=$?
+((rc != 0)) || fail "a checkpoint of method rtn was resumed by method mse"
+expect_refusal "$WORK/method.log" "another job" "field 'job'" "method=rtn" "method=mse" "--fresh"
+
+cp -r "$WORK/src" "$WORK/src2"
+rc=0
+run_shardq 0 "$WORK/source.log" "$JOB" --src "$WORK/src2" --set run.rows_per_chunk=1024 "${RTN[@]}" --dst "$DST" || rc=$?
+((rc != 0)) || fail "a checkpoint of source $WORK/src was resumed from $WORK/src2"
+expect_refusal "$WORK/source.log" "another job" "field 'src'" "$WORK/src2"
+rm -rf "$WORK/src2"
+
+# Truncated newest generation: falls back to .prev (and is killed again mid-run).
+size=$(stat -c %s "$CKPT")
+truncate -s $((size / 2)) "$CKPT"
+SHARDQ_CRASH_AT=quantize:3 run_shardq 0 "$WORK/truncated.log" "${ARGS[@]}" && fail "the crash did not happen"
+grep -q "newest generation unusable.*using the previous one" "$WORK/truncated.log" ||
+  fail "no fallback note for a truncated checkpoint: $(tail -3 "$WORK/truncated.log")"
+echo "truncated: $(grep -o 'newest generation unusable.*' "$WORK/truncated.log" | cut -c1-200)"
+
+# Bit-flipped newest generation (in the middle of the file).
+size=$(stat -c %s "$CKPT")
+printf '\xde\xad\xbe\xef\xde\xad\xbe\xef' | dd of="$CKPT" bs=1 seek=$((size / 2)) conv=notrunc status=none
+SHARDQ_CRASH_AT=quantize:3 run_shardq 0 "$WORK/flipped.log" "${ARGS[@]}" && fail "the crash did not happen"
+grep -q "newest generation unusable.*using the previous one" "$WORK/flipped.log" ||
+  fail "no fallback note for a bit-flipped checkpoint: $(tail -3 "$WORK/flipped.log")"
+echo "flipped: $(grep -o 'newest generation unusable.*' "$WORK/flipped.log" | cut -c1-200)"
+
+# Missing newest generation: .prev alone is resumed to the end, keeping the .partial
+# shards (the chunks .prev records done are not recomputed).
+rm "$CKPT"
+run_shardq 0 "$WORK/missing.log" "${ARGS[@]}" || fail "resuming from .prev alone failed: $(tail -3 "$WORK/missing.log")"
+grep -q "using the previous one" "$WORK/missing.log" || fail "no fallback note for a missing checkpoint"
+same_output "$WORK/ref" "$DST"
+
+# Both generations corrupt: refused, then --fresh starts over.
+SHARDQ_CRASH_AT=quantize:3 run_shardq 0 "$WORK/force.log" "${ARGS[@]}" --force && fail "the crash did not happen"
+for file in "$CKPT" "$CKPT.prev"; do truncate -s 1000 "$file"; done
+rc=0
+run_shardq 0 "$WORK/corrupt.log" "${ARGS[@]}" || rc=$?
+((rc != 0)) || fail "a run started over a corrupt checkpoint without --fresh"
+expect_refusal "$WORK/corrupt.log" "is corrupt" "use --fresh"
+run_shardq 0 "$WORK/fresh.log" "${ARGS[@]}" --fresh || fail "--fresh failed: $(tail -3 "$WORK/fresh.log")"
+grep -q "resuming from" "$WORK/fresh.log" && fail "--fresh resumed instead of starting over"
+same_output "$WORK/ref" "$DST"
+
+# The same command again on the finished job: nothing to do, exit 0, output untouched.
+before=$(digest "$DST")
+run_shardq 0 "$WORK/again.log" "${ARGS[@]}" || fail "re-running a finished job failed: $(tail -3 "$WORK/again.log")"
+grep -q "complete already" "$WORK/again.log" || fail "re-running a finished job did not say it is complete"
+[[ "$(digest "$DST")" == "$before" ]] || fail "re-running a finished job changed its output"
+# Without its checkpoint a complete output is not overwritten unless --force.
+rm -rf "$DST/.shardq"
+rc=0
+run_shardq 0 "$WORK/nockpt.log" "${ARGS[@]}" || rc=$?
+((rc != 0)) || fail "a complete output without checkpoint was overwritten without --force"
+expect_refusal "$WORK/nockpt.log" "complete output already" "--force"
+
+# --fresh over shards that another job (mse) finalized before it was killed.
+DST2="$WORK/out2"
+SHARDQ_CRASH_AT=index:1 run_shardq 0 "$WORK/mse.log" "$JOB" "${COMMON[@]}" --set quant.method=mse --dst "$DST2" &&
+  fail "the crash did not happen"
+[[ $(ls "$DST2"/*.partial 2>/dev/null | wc -l) == 0 ]] || fail "the mse run had not finalized its shards"
+run_shardq 0 "$WORK/fresh2.log" "$JOB" "${COMMON[@]}" "${RTN[@]}" --dst "$DST2" --fresh ||
+  fail "--fresh over another job's shards failed: $(tail -3 "$WORK/fresh2.log")"
+same_output "$WORK/ref" "$DST2"
+echo "PASS: checkpoint refusals, fallbacks, --fresh and re-runs"
