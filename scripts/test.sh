@@ -18,9 +18,13 @@ fi
 
 if [ "${SHARDQ_SKIP_FUZZ:-0}" != 1 ]; then
   cmake --preset fuzz >/dev/null
-  cmake --build --preset fuzz -j "$jobs"
-  # A short run on every push; longer runs: see README "Fuzzing".
+  cmake --build --preset fuzz -j "$jobs" --target fuzz_safetensors_header
+  # A short run on every push; longer runs: see README "Fuzzing". New inputs and crash
+  # files go to a scratch folder (printed on failure); tests/fuzz/corpus only seeds.
+  fuzz_dir=$(mktemp -d)
   build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="${SHARDQ_FUZZ_SECONDS:-60}" \
-    -rss_limit_mb=2048 tests/fuzz/corpus
+    -rss_limit_mb=2048 -artifact_prefix="$fuzz_dir/" "$fuzz_dir" tests/fuzz/corpus \
+    || { echo "fuzz finding kept in $fuzz_dir" >&2; exit 1; }
+  rm -rf "$fuzz_dir"
 fi
 echo "scripts/test.sh: all tests passed"

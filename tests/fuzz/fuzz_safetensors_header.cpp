@@ -1,0 +1,97 @@
+// libFuzzer target for the one entry point of untrusted safetensors headers.
+// 1. The input is a whole file: 8-byte length, header, buffer. parse_header must either
+//    throw IoError or return tensors that tile the buffer exactly; an accepted header is
+//    then re-planned by the Writer and must parse back to the same tensors (round trip).
+// 2. The same bytes also drive a structured round trip: a random spec list is planned,
+//    and its header must parse back to exactly the planned layout.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipeline/io/safetensors.h"
+
+namespace {
+
+using namespace shardq::io;
+
+bool same_layout(const std::vector<TensorInfo>& a, const std::vector<TensorInfo>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].dtype != b[i].dtype || a[i].shape != b[i].shape || a[i].begin != b[i].begin ||
+        a[i].end != b[i].end) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Plans specs, parses the planned header back and traps unless the layout survives.
+void check_round_trip(const std::vector<TensorSpec>& specs, const std::map<std::string, std::string>& metadata) {
+  uint64_t data_offset = 0;
+  std::string header;
+  std::vector<TensorInfo> planned;
+  try {
+    planned = Writer::plan(specs, &data_offset, &header, metadata);
+  } catch (const IoError&) {
+    return; // overflowing or duplicate specs are refused, which is fine
+  }
+  const uint64_t buffer = planned.empty() ? 0 : planned.back().end;
+  if (data_offset % Writer::kAlignment != 0 || data_offset != 8 + header.size()) std::abort();
+  std::map<std::string, std::string> parsed_metadata;
+  const auto parsed = parse_header(header, header.size(), data_offset + buffer, "round-trip", &parsed_metadata);
+  if (!same_layout(planned, parsed) || parsed_metadata != metadata) std::abort();
+}
+
+void fuzz_raw_file(const uint8_t* data, size_t size) {
+  if (size < 8) return;
+  uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) header_length = header_length << 8 | data[i];
+  const std::string_view header(reinterpret_cast<const char*>(data + 8), std::min<uint64_t>(header_length, size - 8));
+  std::map<std::string, std::string> metadata;
+  std::vector<TensorInfo> tensors;
+  try {
+    tensors = parse_header(header, header_length, size, "fuzz", &metadata);
+  } catch (const IoError&) {
+    return;
+  }
+  uint64_t expected_begin = 0;
+  std::vector<TensorSpec> specs;
+  for (const TensorInfo& t : tensors) {
+    if (t.begin != expected_begin || t.end < t.begin) std::abort();
+    expected_begin = t.end;
+    specs.push_back({t.name, t.dtype, t.shape});
+  }
+  if (8 + header_length + expected_begin != size) std::abort();
+  check_round_trip(specs, metadata);
+}
+
+void fuzz_planned_specs(const uint8_t* data, size_t size) {
+  FuzzedDataProvider input(data, size);
+  std::vector<TensorSpec> specs;
+  const size_t count = input.ConsumeIntegralInRange<size_t>(0, 8);
+  for (size_t i = 0; i < count; ++i) {
+    TensorSpec spec;
+    spec.name = input.ConsumeRandomLengthString(16);
+    spec.dtype = Dtype(input.ConsumeIntegralInRange<int>(0, int(Dtype::U64)));
+    const size_t rank = input.ConsumeIntegralInRange<size_t>(0, 4);
+    for (size_t d = 0; d < rank; ++d) spec.shape.push_back(input.ConsumeIntegral<uint64_t>() >> input.ConsumeIntegralInRange<int>(0, 63));
+    specs.push_back(std::move(spec));
+  }
+  std::map<std::string, std::string> metadata;
+  if (input.ConsumeBool()) metadata[input.ConsumeRandomLengthString(8)] = input.ConsumeRandomLengthString(8);
+  // Names from random bytes are often not UTF-8: plan must refuse them with IoError.
+  check_round_trip(specs, metadata);
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz_raw_file(data, size);
+  fuzz_planned_specs(data, size);
+  return 0;
+}
