@@ -33,7 +33,7 @@ void quantize_row_fp8_e8m0_32(const float* x, int cols, uint8_t* codes, uint8_t*
     // Dividing by a power of two is exact, and scale >= amax / 448 keeps every quotient
     // inside E4M3's range.
     const float inverse = e8m0_to_float(uint8_t(254 - scale));
-    for (int i = 0; i < 32; ++i) codes[32 * b + i] = e4m3_from_float(block[i] * inverse);
+    for (int i = 0; i < 32; ++i) codes[32 * b + i] = e4m3_code_in_range(block[i] * inverse);
   }
 }
 
@@ -54,7 +54,7 @@ void quantize_fp8_blocks_32x32(std::span<const float> w, uint64_t rows, uint64_t
       scales[br * block_cols + bc] = scale;
       const float inverse = e8m0_to_float(uint8_t(254 - scale));
       for (uint64_t r = 32 * br; r < r_end; ++r) {
-        for (uint64_t c = 32 * bc; c < c_end; ++c) codes[r * cols + c] = e4m3_from_float(w[r * cols + c] * inverse);
+        for (uint64_t c = 32 * bc; c < c_end; ++c) codes[r * cols + c] = e4m3_code_in_range(w[r * cols + c] * inverse);
       }
     }
   }

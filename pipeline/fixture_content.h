@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -56,6 +57,25 @@ class RowRng {
 uint8_t e8m0_ceil_scale(float amax, float format_max, float amax_floor);
 
 inline constexpr float kDeepSeekAmaxFloor = 1e-4f;
+
+// e4m3_from_float for |x| <= 448 (what a block scaled by its own E8M0 scale holds),
+// inline and branch-light: the fixture converts ~2G values for a benchmark-size table.
+// Tested equal to e4m3_from_float over that range.
+inline uint8_t e4m3_code_in_range(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint8_t sign = uint8_t((bits >> 24) & 0x80);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude < 0x3C800000u) {
+    // Below 2^-6, E4M3 is subnormal: code = RNE(|x| * 2^9), by the 2^23 trick.
+    const float scaled = std::bit_cast<float>(magnitude) * 512.0f;
+    return sign | uint8_t((scaled + 0x1p23f) - 0x1p23f);
+  }
+  // Keep the top 3 mantissa bits with round-to-nearest-even on the dropped 20 (a carry
+  // moves into the exponent), then rebias 127 -> 7.
+  const uint32_t rounded = magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u);
+  const uint32_t code = (rounded >> 20) - ((127u - 7u) << 3);
+  return sign | uint8_t(code > E4M3::max_code ? E4M3::max_code : code);
+}
 
 // One row of FP8 E4M3 with an E8M0 scale per 32 values (Engram tables): codes[cols],
 // scales[cols / 32]; codes = e4m3(x / scale).

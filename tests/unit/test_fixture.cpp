@@ -16,6 +16,7 @@
 #include "kernels/formats.h"
 #include "pipeline/engram_config.h"
 #include "pipeline/fixture.h"
+#include "pipeline/fixture_content.h"
 #include "pipeline/io/safetensors.h"
 #include "stages/engram_layout.h"
 
@@ -337,6 +338,27 @@ TEST(Fixture, ReferenceNvfp4Preset) {
 
 TEST(Fixture, UnknownPresetRefused) {
   EXPECT_THROW(make(temp_dir("bad"), "dsv41-huge", 1, 0), std::exception);
+}
+
+} // namespace
+} // namespace shardq
+
+namespace shardq {
+namespace {
+
+// The fixture's inline E4M3 conversion agrees with the kernels' for every fp32 in
+// [-448, 448] (every 61st bit pattern, plus exact ties and the edges).
+TEST(FixtureContent, InlineE4m3MatchesKernel) {
+  const uint32_t limit = std::bit_cast<uint32_t>(448.0f);
+  for (uint32_t bits = 0; bits <= limit; bits += 61) {
+    for (float x : {std::bit_cast<float>(bits), -std::bit_cast<float>(bits)}) {
+      ASSERT_EQ(fixture::e4m3_code_in_range(x), e4m3_from_float(x)) << x;
+    }
+  }
+  for (float x : {0.0f, -0.0f, 448.0f, -448.0f, 0x1p-6f, 0x1.fp-7f, 0x1p-10f, 0x3p-10f, 0x1.1p-6f, 0x1.12p3f, 0x1.18p3f,
+                  0x1.28p3f, 0x1.fp8f, 0x1.f8p-7f}) {
+    EXPECT_EQ(fixture::e4m3_code_in_range(x), e4m3_from_float(x)) << x;
+  }
 }
 
 } // namespace
