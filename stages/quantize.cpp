@@ -15,10 +15,9 @@ constexpr uint64_t kCancelCheckRows = 4096;
 
 bool is_gptq(QuantMethod method) { return method == QuantMethod::gptq || method == QuantMethod::gptq_mse; }
 
-// Per-row error sums, so that the totals are exact whatever the chunking; the weighted
-// error through H_c whenever the layer's factors are at hand.
-void add_row_errors(const float* original, const float* dequantized, uint64_t n, int cols, int column,
-                    const QuantizeParams& params, ChunkStats& stats) {
+// GPTQ's kernel sums errors over its row tiles: here each row's error is summed on its
+// own (from the original rows), so that the totals are exact whatever the chunking.
+void add_row_errors(const float* original, const float* dequantized, uint64_t n, int cols, ChunkStats& stats) {
   for (uint64_t r = 0; r < n; ++r) {
     BlockStats row_sums;
     for (int i = 0; i < cols; ++i) {
@@ -28,9 +27,13 @@ void add_row_errors(const float* original, const float* dequantized, uint64_t n,
     }
     stats.add_row(row_sums);
   }
-  if (!params.factors) return;
+}
+
+// sum ||W_c e||^2 and sum ||W_c x||^2, one term per row.
+void add_weighted_errors(const float* original, const float* dequantized, uint64_t n, int column,
+                         const LayerFactors& factors, ChunkStats& stats) {
   std::vector<double> weighted_error(n), weighted_reference(n);
-  weighted_error_rows(params.factors->gram[size_t(column)].data(), original, dequantized, int(n), weighted_error.data(),
+  weighted_error_rows(factors.gram[size_t(column)].data(), original, dequantized, int(n), weighted_error.data(),
                       weighted_reference.data());
   for (uint64_t r = 0; r < n; ++r) {
     stats.weighted_error_sq.add(weighted_error[r]);
@@ -53,8 +56,12 @@ void quantize_chunk_piece(const Fp8RowChunk& chunk, const QuantizeParams& params
 void quantize_column_rows(float* rows, uint64_t n, int cols, int column, const QuantizeParams& params,
                           uint8_t* packed, uint8_t* scales, ChunkStats& stats) {
   const int packed_cols = cols / 2, scale_cols = cols / Nvfp4::block;
-  const std::vector<float> original(rows, rows + n * cols);
-  if (is_gptq(params.method)) {
+  const bool gptq = is_gptq(params.method);
+  // The source rows are needed after quantization only for GPTQ (which overwrites them)
+  // and for the weighted error.
+  std::vector<float> original;
+  if (gptq || params.factors) original.assign(rows, rows + n * cols);
+  if (gptq) {
     if (!params.factors || cols != kGptqCols) {
       throw StageError(fmt::format("GPTQ needs the layer's factors and rows of {} values", kGptqCols));
     }
@@ -65,18 +72,20 @@ void quantize_column_rows(float* rows, uint64_t n, int cols, int column, const Q
     stats.add_counters(counters);
   } else {
     for (uint64_t r = 0; r < n; ++r) {
-      BlockStats counters;
+      BlockStats row_stats; // the kernel's own per-row error sums
       quantize_row_nvfp4_simd(rows + r * cols, cols, params.global_scale, params.search, packed + r * packed_cols,
-                              scales + r * scale_cols, counters);
-      stats.add_counters(counters);
+                              scales + r * scale_cols, row_stats);
+      stats.add_row(row_stats);
     }
   }
+  if (!gptq && !params.factors) return;
   std::vector<float> dequantized(n * cols);
   for (uint64_t r = 0; r < n; ++r) {
     dequantize_row_nvfp4(packed + r * packed_cols, scales + r * scale_cols, cols, params.global_scale,
                          dequantized.data() + r * cols);
   }
-  add_row_errors(original.data(), dequantized.data(), n, cols, column, params, stats);
+  if (gptq) add_row_errors(original.data(), dequantized.data(), n, cols, stats);
+  if (params.factors) add_weighted_errors(original.data(), dequantized.data(), n, column, *params.factors, stats);
 }
 
 QuantMethod parse_quant_method(const std::string& name) {
