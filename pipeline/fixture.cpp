@@ -1,8 +1,5 @@
 #include "pipeline/fixture.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,6 +11,9 @@
 #include "kernels/nvfp4.h"
 #include "pipeline/engram_config.h"
 #include "pipeline/fixture_content.h"
+#include "pipeline/io/atomic_file.h"
+#include "pipeline/io/config.h"
+#include "pipeline/io/index.h"
 #include "pipeline/io/safetensors.h"
 #include "pipeline/pipeline_error.h"
 
@@ -398,26 +398,7 @@ std::string shard_name(int index) {
   return name;
 }
 
-void write_file_atomic(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path temporary = path.string() + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw io::IoError(temporary.string() + ": cannot create: " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = errno;
-      ::close(fd);
-      throw io::IoError(temporary.string() + ": write failed: " + std::strerror(error));
-    }
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw io::IoError(temporary.string() + ": fsync/close failed");
-  std::filesystem::rename(temporary, path);
-}
-
-void write_json(const std::filesystem::path& path, const Json& json) { write_file_atomic(path, json.dump(2) + "\n"); }
+void write_json(const std::filesystem::path& path, const Json& json) { io::write_json_file(path, json); }
 
 Json engram_text_config(const MiniDims& dims, const EngramConfig& engram, Preset preset) {
   Json text;
@@ -558,7 +539,7 @@ void write_side_files(const std::filesystem::path& out, const MiniDims& dims, co
                                              {"pad_token", "<｜▁pad▁｜>"},
                                              {"model_max_length", 65536},
                                              {"tokenizer_class", "PreTrainedTokenizerFast"}});
-  write_file_atomic(out / "LICENSE", kLicense);
+  io::write_file_atomic(out / "LICENSE", kLicense);
   if (preset == Preset::reference_nvfp4) {
     write_json(out / "hf_quant_config.json",
                {{"producer", {{"name", "modelopt"}, {"version", "0.37.0"}}},
@@ -600,7 +581,6 @@ FixtureResult write_fixture(const FixtureArgs& args) {
   std::vector<Group> groups = builder.build();
   FixtureResult result;
   result.engram = builder.engram();
-  Json weight_map = Json::object();
   std::map<std::string, std::string> sorted_map;
   for (int shard = 0; shard < kShards; ++shard) {
     std::vector<TensorSpec> specs;
@@ -620,9 +600,10 @@ FixtureResult write_fixture(const FixtureArgs& args) {
     }
     result.shards.push_back(name);
   }
-  for (const auto& [tensor, shard] : sorted_map) weight_map[tensor] = shard;
-  write_json(out / "model.safetensors.index.json",
-             {{"metadata", {{"total_size", result.tensor_bytes}}}, {"weight_map", weight_map}});
+  io::ShardIndex index;
+  index.total_size = result.tensor_bytes;
+  index.weight_map.assign(sorted_map.begin(), sorted_map.end());
+  io::write_index(out / io::kIndexFileName, index);
   write_side_files(out, MiniDims{}, result.engram, preset);
   return result;
 }
