@@ -64,6 +64,7 @@ class Coordinator {
   bool ended_ = false;
   bool dirty_ = false;
   std::chrono::steady_clock::time_point last_save_;
+  double last_save_seconds_ = 0;
   double elapsed_before_ = 0;
   std::chrono::steady_clock::time_point start_;
   Progress progress_;
