@@ -16,20 +16,27 @@ rm -rf out/demo && mkdir -p out/demo
 "$shardq" inspect out/demo/dsv41-mini/model-00006-of-00006.safetensors
 
 job=jobs/demo-engram-nvfp4.toml
-echo "== run on 4 ranks, interrupted with SIGTERM after 3 s"
+checkpoint=out/demo/dsv41-mini-nvfp4-engram/.shardq/checkpoint.h5
+echo "== run on 4 ranks; SIGTERM once a few chunks are done"
 set +e
 mpirun -np 4 "$shardq" run "$job" &
 pid=$!
-sleep 3
-kill -TERM "$pid"
+until "$shardq" status "$checkpoint" 2>/dev/null | awk '$1 == "total" { split($2, c, "/"); exit !(c[1] >= 6) }'; do
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.2
+done
+kill -TERM "$pid" 2>/dev/null
 wait "$pid"
 code=$?
 set -e
 echo "== first run exited $code (75 = interrupted, checkpoint saved)"
-"$shardq" status out/demo/dsv41-mini-nvfp4-engram/.shardq/checkpoint.h5 || true
+"$shardq" status "$checkpoint"
 
-echo "== resume"
-time mpirun -np 4 "$shardq" run "$job"
-"$shardq" status out/demo/dsv41-mini-nvfp4-engram/.shardq/checkpoint.h5
+if [ "$code" = 75 ]; then
+  echo "== resume"
+  time mpirun -np 4 "$shardq" run "$job"
+  "$shardq" status "$checkpoint"
+fi
+"$shardq" verify --src out/demo/dsv41-mini --dst out/demo/dsv41-mini-nvfp4-engram
 echo "== report: out/demo/dsv41-mini-nvfp4-engram/engram-nvfp4.json"
 cat out/demo/dsv41-mini-nvfp4-engram/engram-nvfp4.json
