@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/formats.h"
@@ -76,9 +77,28 @@ void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const 
 void quantize_row_nvfp4_simd(const float* x, int cols, float global_scale, const ScaleSearch& search,
                              uint8_t* packed, uint8_t* scales, BlockStats& stats);
 
+// The scale choice of choose_and_quantize_block_nvfp4 for `lanes` blocks stored lane-wise
+// (a GPTQ tile: rows as lanes): element e of block l at columns[e * stride + l], lanes % 16
+// == 0. codes[l] = the code the scalar chooser picks for block l (bit-identical, SIMD with
+// runtime dispatch); stats.blocks, zero_blocks, scale_underflows and candidate_wins count
+// blocks l < counted only; error_sq / reference_sq are not touched.
+void choose_block_scales_nvfp4_lanes(const float* columns, size_t stride, int lanes, int counted,
+                                     float global_scale, const ScaleSearch& search, uint8_t* codes,
+                                     BlockStats& stats);
+
+// block_error_nvfp4 and block_reference_nvfp4 of `lanes` blocks stored lane-wise (as
+// above; nibbles one per byte in the same layout, codes[l] the scale of block l), into
+// errors[l] and references[l]; bit-identical, SIMD with runtime dispatch.
+void block_errors_nvfp4_lanes(const float* columns, const uint8_t* nibbles, size_t stride, int lanes,
+                              const uint8_t* codes, float global_scale, double* errors, double* references);
+
 void dequantize_row_nvfp4(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out);
 
 // Source rows: E4M3 values with one E8M0 scale per 32 (the DeepSeek FP8 row format).
 void dequantize_row_fp8_e8m0_32(const uint8_t* codes, const uint8_t* scales, int cols, float* out);
+
+// Same values, Highway SIMD with runtime dispatch: bit-identical for every non-NaN result
+// (NaN codes or scale 0xFF give a NaN, as the scalar one).
+void dequantize_row_fp8_e8m0_32_simd(const uint8_t* codes, const uint8_t* scales, int cols, float* out);
 
 } // namespace shardq

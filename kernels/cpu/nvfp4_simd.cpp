@@ -2,6 +2,8 @@
 // runs AVX2 / AVX-512 on x86-64 and NEON / SVE on aarch64. Bit-identical to the _ref:
 // the same fp32 division by the rounded scale, the same compare thresholds, the same
 // fp64 terms folded in halves (sum_block_fp64's order), built with -ffp-contract=off.
+#include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "kernels/nvfp4.h"
@@ -104,39 +106,443 @@ void pack_block(const uint8_t* nibbles, uint8_t* packed) {
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR // the lane layout needs vectors that split into halves
+// ------------------------------------------------------------ blocks as lanes
+// The fast path: lane l of every vector belongs to block l, element e of all blocks is one
+// vector (columns[e * stride + l]). Amax, scale codes, the E2M1 pass and the fp64 fold of
+// sum_block_fp64 are then all vertical, for any vector width. No vector is kept in an array
+// or a struct (SVE vectors are sizeless): the fold is a template recursion over elements.
+using DL = hn::CappedTag<float, 16>;   // lanes = blocks
+using DLI = hn::RebindToSigned<DL>;
+using DLU = hn::RebindToUnsigned<DL>;
+using DLH = hn::Half<DL>;
+using DLD = hn::Repartition<double, DL>; // one half of the lanes, widened
+using VL = hn::Vec<DL>;
+using VLI = hn::Vec<DLI>;
+using VLU = hn::Vec<DLU>;
+using VLD = hn::Vec<DLD>;
+constexpr size_t kMaxLanes = hn::MaxLanes(DL());
+
+// e4m3_from_float for s in [2^-9, 448]: subnormals by one RNE rounding of s * 2^9 (exact),
+// normals by rounding the fp32 mantissa to 3 bits (ties to even) in the integer bits.
+HWY_INLINE VLI E4m3CodeOfClamped(VL s) {
+  const DL dl;
+  const DLI di;
+  const DLU du;
+  const VLU bits = hn::BitCast(du, s);
+  const VLU odd = hn::And(hn::ShiftRight<20>(bits), hn::Set(du, 1u));
+  const VLU rounded = hn::ShiftRight<20>(hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFFu), odd)));
+  const VLI normal = hn::Sub(hn::BitCast(di, rounded), hn::Set(di, (127 - E4M3::bias) << 3));
+  const VLI subnormal = hn::ConvertTo(di, hn::Round(hn::Mul(s, hn::Set(dl, 512.0f))));
+  const auto is_subnormal = hn::RebindMask(di, hn::Lt(s, hn::Set(dl, E4M3::min_normal)));
+  return hn::Min(hn::IfThenElse(is_subnormal, subnormal, normal), hn::Set(di, E4M3::max_code));
+}
+
+// e4m3_to_float of positive codes 0..0x7E.
+HWY_INLINE VL E4m3ValueOfPositive(VLI code) {
+  const DL dl;
+  const DLI di;
+  const VL normal = hn::BitCast(dl, hn::Add(hn::ShiftLeft<20>(code), hn::Set(di, (127 - E4M3::bias) << 23)));
+  const VL subnormal = hn::Mul(hn::ConvertTo(dl, code), hn::Set(dl, E4M3::min_subnormal));
+  return hn::IfThenElse(hn::RebindMask(dl, hn::Lt(code, hn::Set(di, 8))), subnormal, normal);
+}
+
+// The ref's e2m1_from_float on q: the index is 7 minus the thresholds |q| is at or below
+// (NaN, below none, lands on 7 as in the ref); value = +-E2M1 magnitude, summed exactly.
+HWY_INLINE VLI E2m1Nibble(VL q, VL& value) {
+  const DL dl;
+  const DLI di;
+  const VL a = hn::Abs(q);
+  const auto below = [&](auto mask) { return hn::VecFromMask(di, hn::RebindMask(di, mask)); }; // -1 or 0
+  const VLI low = hn::Add(hn::Add(below(hn::Le(a, hn::Set(dl, 0.25f))), below(hn::Lt(a, hn::Set(dl, 0.75f)))),
+                          hn::Add(below(hn::Le(a, hn::Set(dl, 1.25f))), below(hn::Lt(a, hn::Set(dl, 1.75f)))));
+  const VLI mid = hn::Add(below(hn::Le(a, hn::Set(dl, 2.5f))), below(hn::Lt(a, hn::Set(dl, 3.5f))));
+  const VLI high = below(hn::Le(a, hn::Set(dl, 5.0f)));
+  const VLI index = hn::Add(hn::Set(di, 7), hn::Add(low, hn::Add(mid, high)));
+  const VL magnitude = hn::Add(hn::Set(dl, 6.0f),
+                               hn::Add(hn::Mul(hn::ConvertTo(dl, low), hn::Set(dl, 0.5f)),
+                                       hn::Add(hn::ConvertTo(dl, mid), hn::Add(hn::ConvertTo(dl, high),
+                                                                               hn::ConvertTo(dl, high)))));
+  const auto negative = hn::Lt(q, hn::Zero(dl));
+  value = hn::IfThenElse(negative, hn::Neg(magnitude), magnitude);
+  return hn::Or(index, hn::IfThenElseZero(hn::RebindMask(di, negative), hn::Set(di, 8)));
+}
+
+// (double(a) - double(b))^2 per lane, or double(a)^2 when kSquare, as two halves.
+template <bool kSquare>
+HWY_INLINE void SquaredTerms(VL a, VL b, VLD& lo, VLD& hi) {
+  const DLD dd;
+  const DLH dh;
+  VLD d_lo = hn::PromoteTo(dd, hn::LowerHalf(dh, a)), d_hi = hn::PromoteTo(dd, hn::UpperHalf(dh, a));
+  if (!kSquare) {
+    d_lo = hn::Sub(d_lo, hn::PromoteTo(dd, hn::LowerHalf(dh, b)));
+    d_hi = hn::Sub(d_hi, hn::PromoteTo(dd, hn::UpperHalf(dh, b)));
+  }
+  lo = hn::Mul(d_lo, d_lo);
+  hi = hn::Mul(d_hi, d_hi);
+}
+
+// One candidate scale over the elements of N lane blocks. Elements are visited in the
+// order of sum_block_fp64's fold (a fold in halves is the pairwise tree over elements
+// 0,8,4,12,2,10,6,14,1,...): Tree<start, stride, count> sums elements start + i * stride.
+// Each element also ORs its nibble into the packed words (low word: elements 0..7).
+template <bool kError, int kStart, int kStride, int kCount>
+HWY_INLINE void CandidateTree(const float* columns, size_t stride, VL divisor, VL scale, VL global, VLU& low_word,
+                              VLU& high_word, VLD& lo, VLD& hi) {
+  if constexpr (kCount == 1) {
+    const DLU du;
+    const VL x = hn::LoadU(DL(), columns + size_t(kStart) * stride);
+    VL value;
+    const VLU nibble = hn::BitCast(du, E2m1Nibble(hn::Div(x, divisor), value));
+    if constexpr (kStart < 8) low_word = hn::Or(low_word, hn::ShiftLeft<4 * kStart>(nibble));
+    else high_word = hn::Or(high_word, hn::ShiftLeft<4 * (kStart - 8)>(nibble));
+    if constexpr (kError) SquaredTerms<false>(hn::Mul(hn::Mul(value, scale), global), x, lo, hi);
+  } else {
+    VLD lo2, hi2;
+    CandidateTree<kError, kStart, kStride * 2, kCount / 2>(columns, stride, divisor, scale, global, low_word,
+                                                          high_word, lo, hi);
+    CandidateTree<kError, kStart + kStride, kStride * 2, kCount / 2>(columns, stride, divisor, scale, global,
+                                                                     low_word, high_word, lo2, hi2);
+    if constexpr (kError) {
+      lo = hn::Add(lo, lo2);
+      hi = hn::Add(hi, hi2);
+    }
+  }
+}
+
+// sum_block_fp64 of double(x)^2 per lane block (block_reference_nvfp4).
+template <int kStart, int kStride, int kCount>
+HWY_INLINE void ReferenceTree(const float* columns, size_t stride, VLD& lo, VLD& hi) {
+  if constexpr (kCount == 1) {
+    const VL x = hn::LoadU(DL(), columns + size_t(kStart) * stride);
+    SquaredTerms<true>(x, x, lo, hi);
+  } else {
+    VLD lo2, hi2;
+    ReferenceTree<kStart, kStride * 2, kCount / 2>(columns, stride, lo, hi);
+    ReferenceTree<kStart + kStride, kStride * 2, kCount / 2>(columns, stride, lo2, hi2);
+    lo = hn::Add(lo, lo2);
+    hi = hn::Add(hi, hi2);
+  }
+}
+
+// E2M1 value of nibbles (0..15 in int32 lanes): +-{0, .5, 1, 1.5, 2, 3, 4, 6}; indices >= 2
+// are fp32 fields ((index + 252) << 22: exponent index/2 - 1, mantissa bit index & 1).
+HWY_INLINE VL E2m1Value(VLI nibble) {
+  const DL dl;
+  const DLI di;
+  const VLI index = hn::And(nibble, hn::Set(di, 7));
+  const VL small = hn::Mul(hn::ConvertTo(dl, index), hn::Set(dl, 0.5f));
+  const VL large = hn::BitCast(dl, hn::ShiftLeft<22>(hn::Add(index, hn::Set(di, 252))));
+  const VL magnitude = hn::IfThenElse(hn::RebindMask(dl, hn::Lt(index, hn::Set(di, 2))), small, large);
+  return hn::Or(magnitude, hn::BitCast(dl, hn::ShiftLeft<28>(hn::And(nibble, hn::Set(di, 8)))));
+}
+
+// block_error_nvfp4 per lane block from stored nibbles (one per byte, lane layout).
+template <int kStart, int kStride, int kCount>
+HWY_INLINE void NibbleErrorTree(const float* columns, const uint8_t* nibbles, size_t stride, VL scale, VL global,
+                                VLD& lo, VLD& hi) {
+  if constexpr (kCount == 1) {
+    const DL dl;
+    const DLI di;
+    const VL x = hn::LoadU(dl, columns + size_t(kStart) * stride);
+    const VLI nibble = hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, DL>(), nibbles + size_t(kStart) * stride));
+    SquaredTerms<false>(hn::Mul(hn::Mul(E2m1Value(nibble), scale), global), x, lo, hi);
+  } else {
+    VLD lo2, hi2;
+    NibbleErrorTree<kStart, kStride * 2, kCount / 2>(columns, nibbles, stride, scale, global, lo, hi);
+    NibbleErrorTree<kStart + kStride, kStride * 2, kCount / 2>(columns, nibbles, stride, scale, global, lo2, hi2);
+    lo = hn::Add(lo, lo2);
+    hi = hn::Add(hi, hi2);
+  }
+}
+
+HWY_INLINE VL BlockAmax(const float* columns, size_t stride) {
+  const DL dl;
+  VL amax = hn::Zero(dl);
+  for (int e = 0; e < Nvfp4::block; ++e) amax = hn::Max(amax, hn::Abs(hn::LoadU(dl, columns + size_t(e) * stride)));
+  return amax;
+}
+
+// A double-lane mask pair as one float-lane mask (lo half = lanes 0..N/2-1).
+HWY_INLINE hn::Mask<DL> CombineMasks(hn::Mask<DLD> lo, hn::Mask<DLD> hi) {
+  const DL dl;
+  const DLD dd;
+  const DLH dh;
+  const VLD one = hn::Set(dd, 1.0), zero = hn::Zero(dd);
+  const VL both = hn::Combine(dl, hn::DemoteTo(dh, hn::IfThenElse(hi, one, zero)),
+                              hn::DemoteTo(dh, hn::IfThenElse(lo, one, zero)));
+  return hn::Eq(both, hn::Set(dl, 1.0f));
+}
+
+// What the lane chooser hands back; all optional except codes.
+struct LaneOutputs {
+  uint8_t* codes;      // N scale codes
+  uint32_t* packed;    // N x 2 words of packed nibbles (8 bytes per block), or null
+  double* errors;      // N block errors (sum_block_fp64 of the chosen nibbles), or null
+};
+
+// choose_and_quantize_block_nvfp4 on N lane blocks at once, counters for lanes < counted.
+// Candidates are walked from the largest alpha down and a lane moves only on a strictly
+// smaller error, so exact ties keep the larger alpha; a candidate whose code equals the
+// lane's best gives the same error and never moves it (the ref's skip).
+template <bool kError>
+void ChooseLanes(const float* columns, size_t stride, float global_scale, const float* alphas, int candidates,
+                 size_t counted, const LaneOutputs& out, BlockStats& stats) {
+  const DL dl;
+  const DLI di;
+  const DLU du;
+  const DLD dd;
+  const VL amax = BlockAmax(columns, stride);
+  const float six_global = E2M1::max * global_scale;
+  const VL six_global_v = hn::Set(dl, six_global), global = hn::Set(dl, global_scale);
+  const auto zero = hn::Eq(amax, hn::Zero(dl));
+  const auto counted_mask = hn::FirstN(dl, counted);
+  const auto underflow = hn::AndNot(zero, hn::Lt(hn::Div(amax, six_global_v), hn::Set(dl, Nvfp4::min_scale)));
+  stats.blocks += counted;
+  stats.zero_blocks += hn::CountTrue(dl, hn::And(zero, counted_mask));
+  stats.scale_underflows += hn::CountTrue(dl, hn::And(underflow, counted_mask));
+
+  VLI best_code = hn::Zero(di), best_k = hn::Zero(di);
+  VLU best_low = hn::Zero(du), best_high = hn::Zero(du);
+  VLD best_lo = hn::Zero(dd), best_hi = hn::Zero(dd);
+  for (int k = candidates - 1; k >= 0; --k) {
+    const VL unclamped = hn::Div(hn::Mul(hn::Set(dl, alphas[k]), amax), six_global_v);
+    const VL clamped = hn::Min(hn::Max(unclamped, hn::Set(dl, Nvfp4::min_scale)), hn::Set(dl, Nvfp4::max_scale));
+    const VLI code = hn::IfThenElse(hn::RebindMask(di, zero), hn::Set(di, kNvfp4ZeroBlockScaleCode),
+                                    E4m3CodeOfClamped(clamped));
+    const bool first = k == candidates - 1;
+    if (!first && hn::AllTrue(di, hn::Eq(code, best_code))) continue;
+    const VL scale = E4m3ValueOfPositive(code);
+    VLU low = hn::Zero(du), high = hn::Zero(du);
+    VLD lo = hn::Zero(dd), hi = hn::Zero(dd);
+    CandidateTree<kError, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale, global, low, high, lo,
+                                              hi);
+    if (first) {
+      best_code = code;
+      best_k = hn::Set(di, k);
+      best_low = low;
+      best_high = high;
+      best_lo = lo;
+      best_hi = hi;
+      continue;
+    }
+    const auto better_lo = hn::Lt(lo, best_lo), better_hi = hn::Lt(hi, best_hi);
+    const auto better = CombineMasks(better_lo, better_hi);
+    const auto better_i = hn::RebindMask(di, better);
+    const auto better_u = hn::RebindMask(du, better);
+    best_code = hn::IfThenElse(better_i, code, best_code);
+    best_k = hn::IfThenElse(better_i, hn::Set(di, k), best_k);
+    best_low = hn::IfThenElse(better_u, low, best_low);
+    best_high = hn::IfThenElse(better_u, high, best_high);
+    best_lo = hn::IfThenElse(better_lo, lo, best_lo);
+    best_hi = hn::IfThenElse(better_hi, hi, best_hi);
+  }
+  const auto counted_i = hn::RebindMask(di, counted_mask);
+  for (int k = 0; k < candidates; ++k)
+    stats.candidate_wins[k] += hn::CountTrue(di, hn::And(hn::Eq(best_k, hn::Set(di, k)), counted_i));
+  hn::StoreU(hn::DemoteTo(hn::Rebind<uint8_t, DLI>(), best_code), hn::Rebind<uint8_t, DLI>(), out.codes);
+  if (out.packed != nullptr) hn::StoreInterleaved2(best_low, best_high, du, out.packed);
+  if (out.errors != nullptr) {
+    hn::StoreU(best_lo, dd, out.errors);
+    hn::StoreU(best_hi, dd, out.errors + hn::Lanes(dd));
+  }
+}
+
+// N consecutive blocks of a row into lane layout: columns[e * N + l] = x[16 l + e], by two
+// rounds of 4-way de-interleaving (x[16 l + 4 j + k]: first k, then j).
+void TransposeBlocks(const float* x, float* columns) {
+  const DL dl;
+  const size_t n = hn::Lanes(dl);
+  HWY_ALIGN float by_k[4 * 4 * kMaxLanes]; // by_k[k * 4N + 4 l + j] = x[16 l + 4 j + k]
+  for (size_t c = 0; c < 4; ++c) {
+    VL v0, v1, v2, v3;
+    hn::LoadInterleaved4(dl, x + 4 * n * c, v0, v1, v2, v3);
+    hn::StoreU(v0, dl, by_k + 0 * 4 * n + n * c);
+    hn::StoreU(v1, dl, by_k + 1 * 4 * n + n * c);
+    hn::StoreU(v2, dl, by_k + 2 * 4 * n + n * c);
+    hn::StoreU(v3, dl, by_k + 3 * 4 * n + n * c);
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    VL w0, w1, w2, w3;
+    hn::LoadInterleaved4(dl, by_k + k * 4 * n, w0, w1, w2, w3);
+    hn::StoreU(w0, dl, columns + (0 + k) * n);
+    hn::StoreU(w1, dl, columns + (4 + k) * n);
+    hn::StoreU(w2, dl, columns + (8 + k) * n);
+    hn::StoreU(w3, dl, columns + (12 + k) * n);
+  }
+}
+
+// Blocks [b, b + N) of a row through the lane chooser; stats added in block order.
+void QuantizeLaneBlocks(const float* x, float global_scale, const float* alphas, int candidates, uint8_t* packed,
+                        uint8_t* scales, BlockStats& stats) {
+  const DL dl;
+  const DLD dd;
+  const size_t n = hn::Lanes(dl);
+  HWY_ALIGN float columns[Nvfp4::block * kMaxLanes];
+  HWY_ALIGN double errors[kMaxLanes], references[kMaxLanes];
+  TransposeBlocks(x, columns);
+  // The row's bytes are 4-byte words on every Highway target (x86 and Arm, little-endian).
+  ChooseLanes<true>(columns, n, global_scale, alphas, candidates, n,
+                    LaneOutputs{scales, reinterpret_cast<uint32_t*>(packed), errors}, stats);
+  VLD lo = hn::Zero(dd), hi = hn::Zero(dd);
+  ReferenceTree<0, 1, Nvfp4::block>(columns, n, lo, hi);
+  hn::StoreU(lo, dd, references);
+  hn::StoreU(hi, dd, references + hn::Lanes(dd));
+  for (size_t l = 0; l < n; ++l) {
+    stats.error_sq += errors[l];
+    stats.reference_sq += references[l];
+  }
+}
+
+// block_error_nvfp4 and block_reference_nvfp4 of N lane blocks.
+void LaneBlockErrors(const float* columns, const uint8_t* nibbles, size_t stride, const uint8_t* codes,
+                     float global_scale, double* errors, double* references) {
+  const DL dl;
+  const DLD dd;
+  const size_t half = hn::Lanes(dd);
+  const VLI code = hn::PromoteTo(DLI(), hn::LoadU(hn::Rebind<uint8_t, DL>(), codes));
+  VLD lo, hi;
+  NibbleErrorTree<0, 1, Nvfp4::block>(columns, nibbles, stride, E4m3ValueOfPositive(code), hn::Set(dl, global_scale),
+                                      lo, hi);
+  hn::StoreU(lo, dd, errors);
+  hn::StoreU(hi, dd, errors + half);
+  ReferenceTree<0, 1, Nvfp4::block>(columns, stride, lo, hi);
+  hn::StoreU(lo, dd, references);
+  hn::StoreU(hi, dd, references + half);
+}
+
+#endif // HWY_TARGET != HWY_SCALAR
+
+// One block at a time (row tails shorter than a vector of blocks).
+void QuantizeBlock(const float* block, float global_scale, const float* alphas, int candidates, uint8_t* packed,
+                   uint8_t* scale_code, BlockStats& stats) {
+  HWY_ALIGN uint8_t nibbles[Nvfp4::block], best_nibbles[Nvfp4::block];
+  HWY_ALIGN float deq[Nvfp4::block];
+  const float amax = block_amax(block);
+  ++stats.blocks;
+  if (amax == 0.0f) ++stats.zero_blocks;
+  else if (amax / (E2M1::max * global_scale) < Nvfp4::min_scale) ++stats.scale_underflows;
+
+  uint8_t best_code = 0;
+  double best_error = 0.0;
+  int best_k = -1;
+  for (int k = candidates - 1; k >= 0; --k) {
+    const uint8_t code = nvfp4_block_scale_code(amax, alphas[k], global_scale);
+    if (best_k >= 0 && code == best_code) continue;
+    quantize_block(block, code, global_scale, nibbles, deq);
+    const double error = block_sum_sq(deq, block);
+    if (best_k < 0 || error < best_error) {
+      best_k = k;
+      best_code = code;
+      best_error = error;
+      std::memcpy(best_nibbles, nibbles, sizeof nibbles);
+    }
+  }
+  ++stats.candidate_wins[best_k];
+  *scale_code = best_code;
+  pack_block(best_nibbles, packed);
+  stats.error_sq += best_error;
+  stats.reference_sq += block_sum_sq(block, nullptr);
+}
+
 void QuantizeRowNvfp4(const float* x, int cols, float global_scale, const ScaleSearch& search, uint8_t* packed,
                       uint8_t* scales, BlockStats& stats) {
   const auto alphas = search.alphas();
-  HWY_ALIGN uint8_t nibbles[Nvfp4::block], best_nibbles[Nvfp4::block];
-  HWY_ALIGN float deq[Nvfp4::block];
-  for (int b = 0; b < cols / Nvfp4::block; ++b) {
-    const float* block = x + b * Nvfp4::block;
-    const float amax = block_amax(block);
-    ++stats.blocks;
-    if (amax == 0.0f) ++stats.zero_blocks;
-    else if (amax / (E2M1::max * global_scale) < Nvfp4::min_scale) ++stats.scale_underflows;
+  const size_t blocks = size_t(cols) / Nvfp4::block;
+  size_t b = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const size_t n = hn::Lanes(DL());
+  if (n >= 4) // halves of at least two lanes
+    for (; b + n <= blocks; b += n)
+      QuantizeLaneBlocks(x + b * Nvfp4::block, global_scale, alphas.data(), search.candidates,
+                         packed + b * Nvfp4::block / 2, scales + b, stats);
+#endif
+  for (; b < blocks; ++b)
+    QuantizeBlock(x + b * Nvfp4::block, global_scale, alphas.data(), search.candidates,
+                  packed + b * Nvfp4::block / 2, scales + b, stats);
+}
 
-    uint8_t best_code = 0;
-    double best_error = 0.0;
-    int best_k = -1;
-    for (int k = search.candidates - 1; k >= 0; --k) {
-      const uint8_t code = nvfp4_block_scale_code(amax, alphas[k], global_scale);
-      if (best_k >= 0 && code == best_code) continue;
-      quantize_block(block, code, global_scale, nibbles, deq);
-      const double error = block_sum_sq(deq, block);
-      if (best_k < 0 || error < best_error) {
-        best_k = k;
-        best_code = code;
-        best_error = error;
-        std::memcpy(best_nibbles, nibbles, sizeof nibbles);
-      }
+// GPTQ tile: blocks already lane-wise; lanes % 16 == 0 (so a multiple of N).
+void ChooseBlockScalesLanes(const float* columns, size_t stride, int lanes, int counted, float global_scale,
+                            const ScaleSearch& search, uint8_t* codes, BlockStats& stats) {
+#if HWY_TARGET != HWY_SCALAR
+  const auto alphas = search.alphas();
+  const size_t n = hn::Lanes(DL());
+  if (n >= 4) {
+    for (size_t l = 0; l < size_t(lanes); l += n) {
+      const size_t lanes_counted = size_t(counted) > l ? std::min(n, size_t(counted) - l) : 0;
+      const LaneOutputs out{codes + l, nullptr, nullptr};
+      if (search.candidates == 1)
+        ChooseLanes<false>(columns + l, stride, global_scale, alphas.data(), 1, lanes_counted, out, stats);
+      else
+        ChooseLanes<true>(columns + l, stride, global_scale, alphas.data(), search.candidates, lanes_counted, out,
+                          stats);
     }
-    ++stats.candidate_wins[best_k];
-    scales[b] = best_code;
-    pack_block(best_nibbles, packed + b * Nvfp4::block / 2);
-    stats.error_sq += best_error;
-    stats.reference_sq += block_sum_sq(block, nullptr);
+    return;
   }
+#endif
+  float block[Nvfp4::block];
+  uint8_t nibbles[Nvfp4::block];
+  BlockStats uncounted;
+  for (int l = 0; l < lanes; ++l) {
+    for (int e = 0; e < Nvfp4::block; ++e) block[e] = columns[size_t(e) * stride + size_t(l)];
+    codes[l] = choose_and_quantize_block_nvfp4(block, global_scale, search, nibbles, l < counted ? stats : uncounted);
+  }
+}
+
+// GPTQ tile stats: per lane block, the error of its nibbles and its reference sum.
+void BlockErrorsLanes(const float* columns, const uint8_t* nibbles, size_t stride, int lanes, const uint8_t* codes,
+                      float global_scale, double* errors, double* references) {
+#if HWY_TARGET != HWY_SCALAR
+  const size_t n = hn::Lanes(DL());
+  if (n >= 4) {
+    for (size_t l = 0; l < size_t(lanes); l += n)
+      LaneBlockErrors(columns + l, nibbles + l, stride, codes + l, global_scale, errors + l, references + l);
+    return;
+  }
+#endif
+  float block[Nvfp4::block];
+  uint8_t block_nibbles[Nvfp4::block];
+  for (int l = 0; l < lanes; ++l) {
+    for (int e = 0; e < Nvfp4::block; ++e) {
+      block[e] = columns[size_t(e) * stride + size_t(l)];
+      block_nibbles[e] = nibbles[size_t(e) * stride + size_t(l)];
+    }
+    errors[l] = block_error_nvfp4(block, block_nibbles, codes[l], global_scale);
+    references[l] = block_reference_nvfp4(block);
+  }
+}
+
+// E4M3 codes times one E8M0 scale per 32: exact (one fp32 product, as the scalar loop).
+void DequantizeRowFp8(const uint8_t* codes, const uint8_t* scales, int cols, float* out) {
+  using D = hn::CappedTag<float, 32>; // 32 % N == 0: one scale per vector
+  const D d;
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint8_t, D> d8;
+  const size_t n = hn::Lanes(d);
+  const auto magnitude_mask = hn::Set(du, 0x7Fu), nan = hn::Set(du, 0x7FC00000u);
+  int g = 0;
+  for (; (g + 1) * 32 <= cols; ++g) {
+    const uint32_t scale_code = scales[g];
+    // 2^(code - 127) as fp32 bits; code 0 is the subnormal 2^-127.
+    const uint32_t scale_bits = scale_code == E8M0::nan_code ? 0x7FC00000u
+                                : scale_code == 0           ? 0x00400000u
+                                                            : scale_code << 23;
+    const auto scale = hn::Set(d, std::bit_cast<float>(scale_bits));
+    for (size_t i = 0; i < 32; i += n) {
+      const size_t at = size_t(g) * 32 + i;
+      const auto code = hn::PromoteTo(du, hn::LoadU(d8, codes + at));
+      const auto magnitude = hn::And(code, magnitude_mask);
+      const auto normal = hn::Add(hn::ShiftLeft<20>(magnitude), hn::Set(du, (127u - E4M3::bias) << 23));
+      const auto subnormal = hn::BitCast(du, hn::Mul(hn::ConvertTo(d, hn::BitCast(hn::RebindToSigned<D>(), magnitude)),
+                                                     hn::Set(d, E4M3::min_subnormal)));
+      auto bits = hn::IfThenElse(hn::Lt(magnitude, hn::Set(du, 8u)), subnormal, normal);
+      bits = hn::Or(bits, hn::ShiftLeft<24>(hn::And(code, hn::Set(du, 0x80u))));
+      bits = hn::IfThenElse(hn::Eq(magnitude, magnitude_mask), nan, bits);
+      hn::StoreU(hn::Mul(hn::BitCast(d, bits), scale), d, out + at);
+    }
+  }
+  for (int i = g * 32; i < cols; ++i) out[i] = e4m3_to_float(codes[i]) * e8m0_to_float(scales[i / 32]);
 }
 
 } // namespace HWY_NAMESPACE
@@ -147,10 +553,28 @@ HWY_AFTER_NAMESPACE();
 namespace shardq {
 
 HWY_EXPORT(QuantizeRowNvfp4);
+HWY_EXPORT(ChooseBlockScalesLanes);
+HWY_EXPORT(DequantizeRowFp8);
+HWY_EXPORT(BlockErrorsLanes);
 
 void quantize_row_nvfp4_simd(const float* x, int cols, float global_scale, const ScaleSearch& search,
                              uint8_t* packed, uint8_t* scales, BlockStats& stats) {
   HWY_DYNAMIC_DISPATCH(QuantizeRowNvfp4)(x, cols, global_scale, search, packed, scales, stats);
+}
+
+void choose_block_scales_nvfp4_lanes(const float* columns, size_t stride, int lanes, int counted,
+                                     float global_scale, const ScaleSearch& search, uint8_t* codes,
+                                     BlockStats& stats) {
+  HWY_DYNAMIC_DISPATCH(ChooseBlockScalesLanes)(columns, stride, lanes, counted, global_scale, search, codes, stats);
+}
+
+void block_errors_nvfp4_lanes(const float* columns, const uint8_t* nibbles, size_t stride, int lanes,
+                              const uint8_t* codes, float global_scale, double* errors, double* references) {
+  HWY_DYNAMIC_DISPATCH(BlockErrorsLanes)(columns, nibbles, stride, lanes, codes, global_scale, errors, references);
+}
+
+void dequantize_row_fp8_e8m0_32_simd(const uint8_t* codes, const uint8_t* scales, int cols, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeRowFp8)(codes, scales, cols, out);
 }
 
 } // namespace shardq

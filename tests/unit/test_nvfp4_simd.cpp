@@ -131,3 +131,119 @@ TEST(Nvfp4Simd, ExactTiesAtEveryE2M1MidpointEqualRef) {
     expect_simd_equals_ref(row, 0.5f, "ties, global 0.5" + on);
   });
 }
+
+namespace {
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Lane-wise blocks (element e of block l at columns[e * lanes + l]) from row-wise ones.
+std::vector<float> lane_layout(const std::vector<float>& blocks, int lanes) {
+  std::vector<float> columns(blocks.size());
+  for (int l = 0; l < lanes; ++l)
+    for (int e = 0; e < Nvfp4::block; ++e) columns[size_t(e) * lanes + l] = blocks[size_t(l) * Nvfp4::block + e];
+  return columns;
+}
+
+// choose_block_scales_nvfp4_lanes == choose_and_quantize_block_nvfp4 on each block: codes
+// for every lane, counters for the first `counted` blocks only.
+void expect_lanes_equal_scalar(const std::vector<float>& blocks, int counted, float global, const std::string& what) {
+  const int lanes = int(blocks.size()) / Nvfp4::block;
+  const auto columns = lane_layout(blocks, lanes);
+  for (const ScaleSearch& search : kSearches) {
+    std::vector<uint8_t> codes_ref(lanes), codes_simd(lanes, 0xEE);
+    BlockStats ref, simd;
+    uint8_t nibbles[Nvfp4::block];
+    for (int l = 0; l < lanes; ++l) {
+      BlockStats block_stats;
+      codes_ref[l] = choose_and_quantize_block_nvfp4(blocks.data() + size_t(l) * Nvfp4::block, global, search,
+                                                     nibbles, block_stats);
+      if (l < counted) ref.merge(block_stats);
+    }
+    choose_block_scales_nvfp4_lanes(columns.data(), size_t(lanes), lanes, counted, global, search,
+                                    codes_simd.data(), simd);
+    const std::string where = what + ", candidates " + std::to_string(search.candidates);
+    ASSERT_EQ(codes_simd, codes_ref) << where;
+    EXPECT_EQ(simd.blocks, ref.blocks) << where;
+    EXPECT_EQ(simd.zero_blocks, ref.zero_blocks) << where;
+    EXPECT_EQ(simd.scale_underflows, ref.scale_underflows) << where;
+    EXPECT_EQ(simd.candidate_wins, ref.candidate_wins) << where;
+    EXPECT_EQ(simd.error_sq, 0.0) << where;
+    EXPECT_EQ(simd.reference_sq, 0.0) << where;
+  }
+}
+
+} // namespace
+
+TEST(Nvfp4SimdLanes, RandomTilesEqualScalarChooser) {
+  for_each_target([](const std::string& on) {
+    std::mt19937 rng(17);
+    for (float spread : {1.0f, 3.0f, 40.0f}) {
+      const auto blocks = random_row(rng, 64 * Nvfp4::block, spread);
+      const float global = Nvfp4::global_scale(amax_of(blocks));
+      expect_lanes_equal_scalar(blocks, 64, global, "random tile" + on);
+      expect_lanes_equal_scalar(blocks, 37, global, "random tile, 37 rows counted" + on);
+      expect_lanes_equal_scalar(blocks, 64, 1e-30f, "clamped at 448" + on);
+    }
+  });
+}
+
+TEST(Nvfp4SimdLanes, ZeroTinyAndTieBlocksEqualScalarChooser) {
+  for_each_target([](const std::string& on) {
+    std::mt19937 rng(19);
+    auto blocks = random_row(rng, 16 * Nvfp4::block, 2.0f);
+    for (int e = 0; e < Nvfp4::block; ++e) blocks[size_t(3) * 16 + e] = (e % 2) ? -0.0f : 0.0f; // a zero block
+    for (int e = 0; e < Nvfp4::block; ++e) blocks[size_t(5) * 16 + e] *= 1e-9f;                 // underflows
+    blocks[size_t(6) * 16 + 4] = 0x1p-149f;
+    expect_lanes_equal_scalar(blocks, 16, Nvfp4::global_scale(amax_of(blocks)), "zero and tiny" + on);
+    auto ties = tie_row();
+    ties.resize(16 * Nvfp4::block, 0.0f); // 10 tie blocks, padded to 16 blocks with zero blocks
+    expect_lanes_equal_scalar(ties, int(ties.size() / 16), 1.0f, "ties" + on);
+  });
+}
+
+TEST(Fp8DequantizeSimd, EveryCodeTimesScalesEqualsScalar) {
+  for_each_target([](const std::string& on) {
+    // 256 codes in every group position, eight groups, then a 17-value tail group.
+    const uint8_t scale_codes[] = {0, 1, 100, 127, 130, 200, 254, 0xFF};
+    for (uint8_t scale_code : scale_codes) {
+      const int cols = 256 * 8 + 17;
+      std::vector<uint8_t> codes(cols), scales((cols + 31) / 32, scale_code);
+      for (int i = 0; i < cols; ++i) codes[i] = uint8_t(i * 7 + i / 256); // every code in every lane slot
+      std::vector<float> ref(cols), simd(cols, -1.0f);
+      dequantize_row_fp8_e8m0_32(codes.data(), scales.data(), cols, ref.data());
+      dequantize_row_fp8_e8m0_32_simd(codes.data(), scales.data(), cols, simd.data());
+      for (int i = 0; i < cols; ++i) {
+        const std::string where = "code " + std::to_string(codes[i]) + " scale " + std::to_string(scale_code) + on;
+        if (std::isnan(ref[i])) EXPECT_TRUE(std::isnan(simd[i])) << where;
+        else ASSERT_TRUE(same_bits(simd[i], ref[i])) << where << ": " << simd[i] << " vs " << ref[i];
+      }
+    }
+  });
+}
+
+TEST(Nvfp4SimdLanes, BlockErrorsEqualScalar) {
+  for_each_target([](const std::string& on) {
+    std::mt19937 rng(23);
+    constexpr int lanes = 32;
+    auto blocks = random_row(rng, lanes * Nvfp4::block, 3.0f);
+    for (int e = 0; e < Nvfp4::block; ++e) blocks[size_t(2) * 16 + e] = 0.0f; // a zero block
+    const float global = Nvfp4::global_scale(amax_of(blocks));
+    std::vector<uint8_t> codes(lanes), nibbles(blocks.size()), nibble_columns(blocks.size());
+    BlockStats unused;
+    for (int l = 0; l < lanes; ++l)
+      codes[l] = choose_and_quantize_block_nvfp4(blocks.data() + size_t(l) * 16, global, ScaleSearch{8, 0.75},
+                                                 nibbles.data() + size_t(l) * 16, unused);
+    for (int l = 0; l < lanes; ++l)
+      for (int e = 0; e < Nvfp4::block; ++e) nibble_columns[size_t(e) * lanes + l] = nibbles[size_t(l) * 16 + e];
+    const auto columns = lane_layout(blocks, lanes);
+    std::vector<double> errors(lanes), references(lanes);
+    block_errors_nvfp4_lanes(columns.data(), nibble_columns.data(), lanes, lanes, codes.data(), global, errors.data(),
+                             references.data());
+    for (int l = 0; l < lanes; ++l) {
+      const float* block = blocks.data() + size_t(l) * 16;
+      const double error = block_error_nvfp4(block, nibbles.data() + size_t(l) * 16, codes[l], global);
+      EXPECT_TRUE(same_bits(errors[l], error)) << "lane " << l << on;
+      EXPECT_TRUE(same_bits(references[l], block_reference_nvfp4(block))) << "lane " << l << on;
+    }
+  });
+}
