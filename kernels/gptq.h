@@ -28,6 +28,7 @@ inline constexpr int kGptqRowTile = 64; // rows per tile: fixed, part of the out
 struct GptqWorkspace {
   std::vector<float> tile;     // kGptqCols x kGptqRowTile, column-major per tile (X^T)
   std::vector<float> original; // kGptqRowTile x kGptqCols, the rows before feedback
+  std::vector<float> original_columns; // the same, transposed like `tile` (for the SIMD stats)
   std::vector<float> errors;   // B x kGptqRowTile, E^T of the current lazy block
   std::vector<uint8_t> nibbles; // kGptqCols x kGptqRowTile codes, unpacked
   GptqWorkspace();

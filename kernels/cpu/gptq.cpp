@@ -13,6 +13,7 @@ namespace {
 constexpr int kCols = kGptqCols;
 constexpr int kTile = kGptqRowTile;
 constexpr int kGroup = Nvfp4::block;
+static_assert(kTile % kGroup == 0, "the lane chooser takes whole vectors of 16 rows");
 
 // Per-tile state of the current 16-value group of every row.
 struct GroupScales {
@@ -29,13 +30,15 @@ void load_tile(const float* x, int rows, GptqWorkspace& ws) {
   std::copy(x, x + size_t(rows) * kCols, ws.original.begin());
   for (int r = 0; r < kTile; ++r)
     for (int c = 0; c < kCols; ++c) ws.tile[size_t(c) * kTile + r] = ws.original[size_t(r) * kCols + c];
+  ws.original_columns = ws.tile;
 }
 
-// Group start: the scale of columns j..j+15 of every real row from its current values.
+// Group start: the scale of columns j..j+15 of every real row from its current values,
+// all rows at once (rows are the lanes of the tile's columns).
 void choose_group_scales(const float* tile, int j, int rows, float global_scale, const ScaleSearch& search,
                          GroupScales& group, uint8_t* scales, BlockStats& stats) {
-  float block[kGroup];
-  uint8_t nibbles[kGroup];
+  choose_block_scales_nvfp4_lanes(tile + size_t(j) * kTile, kTile, kTile, rows, global_scale, search, group.code,
+                                  stats);
   for (int r = 0; r < kTile; ++r) {
     if (r >= rows) { // padding rows stay zero: any finite divisor quantizes them to zero
       group.code[r] = 0;
@@ -43,8 +46,6 @@ void choose_group_scales(const float* tile, int j, int rows, float global_scale,
       group.divisor[r] = 1.0f;
       continue;
     }
-    for (int i = 0; i < kGroup; ++i) block[i] = tile[size_t(j + i) * kTile + r];
-    group.code[r] = choose_and_quantize_block_nvfp4(block, global_scale, search, nibbles, stats);
     group.scale[r] = e4m3_to_float(group.code[r]);
     group.divisor[r] = group.scale[r] * global_scale;
     scales[size_t(r) * (kCols / kGroup) + j / kGroup] = group.code[r];
@@ -112,15 +113,27 @@ void add_row_error_stats(const float* original, const uint8_t* nibbles, const ui
   }
 }
 
-void store_tile(const uint8_t* nibbles, const float* original, const uint8_t* scales, int rows, float global_scale,
-                uint8_t* packed, BlockStats& stats) {
-  uint8_t row_nibbles[kCols];
+// Packs each row's codes and adds its stats; the per-block sums come from the lane kernel
+// (rows as lanes) and are added row by row, blocks in order.
+void store_tile(const GptqWorkspace& ws, const uint8_t* scales, int rows, float global_scale, uint8_t* packed,
+                BlockStats& stats) {
+  constexpr int kGroups = kCols / kGroup;
+  double errors[kGroups][kTile], references[kGroups][kTile];
+  uint8_t codes[kTile];
+  for (int g = 0; g < kGroups; ++g) {
+    for (int r = 0; r < kTile; ++r) codes[r] = r < rows ? scales[size_t(r) * kGroups + g] : kNvfp4ZeroBlockScaleCode;
+    const size_t at = size_t(g) * kGroup * kTile;
+    block_errors_nvfp4_lanes(ws.original_columns.data() + at, ws.nibbles.data() + at, kTile, kTile, codes,
+                             global_scale, errors[g], references[g]);
+  }
   for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < kCols; ++c) row_nibbles[c] = nibbles[size_t(c) * kTile + r];
     for (int c = 0; c < kCols; c += 2)
-      packed[size_t(r) * (kCols / 2) + c / 2] = pack_e2m1x2(row_nibbles[c], row_nibbles[c + 1]);
-    add_row_error_stats(original + size_t(r) * kCols, row_nibbles, scales + size_t(r) * (kCols / kGroup),
-                        global_scale, stats);
+      packed[size_t(r) * (kCols / 2) + c / 2] =
+          pack_e2m1x2(ws.nibbles[size_t(c) * kTile + r], ws.nibbles[size_t(c + 1) * kTile + r]);
+    for (int g = 0; g < kGroups; ++g) {
+      stats.error_sq += errors[g][r];
+      stats.reference_sq += references[g][r];
+    }
   }
 }
 
@@ -139,7 +152,7 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
     }
     update_lazy(tile, ws.errors.data(), upper, b0, width);
   }
-  store_tile(nibbles, ws.original.data(), scales, rows, global_scale, packed, stats);
+  store_tile(ws, scales, rows, global_scale, packed, stats);
 }
 
 double dot(const double* a, const double* b) {
@@ -170,7 +183,7 @@ void weighted_error_tile(const double* gram, const float* original, const float*
 } // namespace
 
 GptqWorkspace::GptqWorkspace()
-    : tile(size_t(kCols) * kTile), original(size_t(kTile) * kCols), errors(size_t(kCols) * kTile),
+    : tile(size_t(kCols) * kTile), original(size_t(kTile) * kCols), original_columns(size_t(kCols) * kTile), errors(size_t(kCols) * kTile),
       nibbles(size_t(kCols) * kTile) {}
 
 std::vector<float> gptq_factor_fp32(const double* upper) {
