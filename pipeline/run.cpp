@@ -98,6 +98,7 @@ void verify_done_chunks(const Plan& plan, CheckpointState& state) {
     if (!std::filesystem::exists(path)) continue;
     io::Reader reader(path);
     std::vector<uint8_t> packed, scales;
+    bool damaged = false;
     for (uint64_t c = 0; c < table.chunks(); ++c) {
       auto& record = state.tables[t].chunks[c];
       if (record.state != kChunkDone) continue;
@@ -115,9 +116,11 @@ void verify_done_chunks(const Plan& plan, CheckpointState& state) {
         state.finished.erase(std::remove_if(state.finished.begin(), state.finished.end(),
                                             [](const std::string& s) { return s == "index" || s == "config" || s == "report"; }),
                              state.finished.end());
-        if (path == final_path) std::filesystem::rename(final_path, final_path.string() + ".partial");
+        damaged = true;
       }
     }
+    // A finalized shard with a damaged chunk goes back to .partial (once, after its checks).
+    if (damaged && path == final_path) std::filesystem::rename(final_path, final_path.string() + ".partial");
   }
 }
 
