@@ -51,6 +51,24 @@ PY
   rm -f "$json"
 }
 
+# Reader::read_rows over one 1 GiB tensor in 64 MiB and 1 MiB chunks vs `cat FILE > /dev/null`
+# on the same file, all warm (page cache); prints GB/s of each and the ratio reader / cat.
+bench_reader() {
+  local json
+  json=$(mktemp)
+  "$build_dir/tests/shardq_bench" --benchmark_filter='BM_reader_read_rows|BM_cat_file' \
+    --benchmark_min_time="${BENCH_MIN_TIME:-2}" --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
+  python3 - "$json" <<'PY'
+import json, sys
+runs = {b["name"].rsplit("/", 1)[0]: b["bytes_per_second"] / 1e9 for b in json.load(open(sys.argv[1]))["benchmarks"]}
+cat = runs["BM_cat_file"]
+for label, name in [("reader, 64 MiB chunks", "BM_reader_read_rows/64"), ("reader, 1 MiB chunks", "BM_reader_read_rows/1")]:
+    print(f"{label:24s} {runs[name]:8.2f} GB/s   x cat {runs[name] / cat:5.2f}")
+print(f"{'cat > /dev/null':24s} {cat:8.2f} GB/s")
+PY
+  rm -f "$json"
+}
+
 # The fixture of the end-to-end benchmarks, made once and kept: --engram-vocab 170000 gives
 # two Engram tables of ~4.1M rows x 256 E4M3 bytes (>= 1 GB each). BENCH_WORK (default
 # build_dir/bench-e2e) holds it and the outputs. Prints the folder.
@@ -138,7 +156,7 @@ PY
 }
 
 main() {
-  local benches=(bench_kernels bench_gptq bench_e2e bench_scaling)
+  local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling)
   if [ $# -ge 1 ]; then
     "bench_$1"
   else
