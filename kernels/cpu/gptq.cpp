@@ -14,6 +14,7 @@ constexpr int kCols = kGptqCols;
 constexpr int kTile = kGptqRowTile;
 constexpr int kGroup = Nvfp4::block;
 static_assert(kTile % kGroup == 0, "the lane chooser takes whole vectors of 16 rows");
+static_assert(kTile % 64 == 0, "the in-block update keeps 64 rows in registers");
 
 // Per-tile state of the current 16-value group of every row.
 struct GroupScales {
@@ -84,12 +85,28 @@ __attribute__((target_clones("avx2", "default"))) void quantize_column(const flo
   }
 }
 
-// X[:, k] -= e * U[j, k] for k in (j, end): rows innermost, contiguous, vectorizes.
-__attribute__((target_clones("avx2", "default"))) void update_in_block(float* tile, const float* errors, const float* u_row, int j, int end) {
-  for (int k = j + 1; k < end; ++k) {
-    const float u = u_row[k];
-    float* column = tile + size_t(k) * kTile;
-    for (int r = 0; r < kTile; ++r) column[r] -= errors[r] * u;
+// Eight fp32 lanes (GCC vector extension: AVX2 in the avx2 clone, two SSE halves in the
+// default one); aligned(4) so that any float address can be loaded.
+typedef float Float8 __attribute__((vector_size(32), aligned(4)));
+constexpr int kChunk = 64; // rows kept in registers (8 independent sub chains) while the updates stream past
+
+// Left-looking in-block update of column j: X[:, j] -= E[:, i] * U[i, j] for i = from..to-1
+// in that order (errors: E^T of the lazy block starting at b0). Called for i = b0..j-1 in
+// ascending pieces, each element sees the same sequence of (x - e * u) roundings as when
+// every later column is updated right after each column, but the column stays in registers
+// and only the errors are loaded (the right-looking form was bound by its stores).
+__attribute__((target_clones("avx2", "default"))) void update_column_in_block(float* column, const float* errors,
+                                                                              const float* upper, int b0, int j,
+                                                                              int from, int to) {
+  for (int r0 = 0; r0 < kTile; r0 += kChunk) {
+    Float8 x[kChunk / 8];
+    for (int v = 0; v < kChunk / 8; ++v) x[v] = *reinterpret_cast<const Float8*>(column + r0 + 8 * v);
+    for (int i = from; i < to; ++i) {
+      const float u = upper[size_t(i) * kCols + j];
+      const float* e = errors + size_t(i - b0) * kTile + r0;
+      for (int v = 0; v < kChunk / 8; ++v) x[v] -= *reinterpret_cast<const Float8*>(e + 8 * v) * u;
+    }
+    for (int v = 0; v < kChunk / 8; ++v) *reinterpret_cast<Float8*>(column + r0 + 8 * v) = x[v];
   }
 }
 
@@ -144,11 +161,18 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
   uint8_t* nibbles = ws.nibbles.data();
   for (int b0 = 0; b0 < kCols; b0 += width) {
     for (int j = b0; j < b0 + width; ++j) {
-      if (j % kGroup == 0) choose_group_scales(tile, j, rows, global_scale, search, group, scales, stats);
+      const int group_start = j - j % kGroup;
+      if (j == group_start) {
+        // The group's scales come from fully updated values: bring its 16 columns up to
+        // date with the block's earlier columns first.
+        for (int k = j; k < j + kGroup; ++k)
+          update_column_in_block(tile + size_t(k) * kTile, ws.errors.data(), upper, b0, k, b0, j);
+        choose_group_scales(tile, j, rows, global_scale, search, group, scales, stats);
+      }
       float* errors = ws.errors.data() + size_t(j - b0) * kTile;
       const float* u_row = upper + size_t(j) * kCols;
+      update_column_in_block(tile + size_t(j) * kTile, ws.errors.data(), upper, b0, j, group_start, j);
       quantize_column(tile + size_t(j) * kTile, group, global_scale, u_row[j], nibbles + size_t(j) * kTile, errors);
-      update_in_block(tile, errors, u_row, j, b0 + width);
     }
     update_lazy(tile, ws.errors.data(), upper, b0, width);
   }
