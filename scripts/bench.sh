@@ -6,12 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build/release}"
 
-# NVFP4 row kernels on one core vs memcpy of the same fp32 input bytes (1 KiB per row of
-# 256 values); prints each kernel's GB/s and its ratio to memcpy.
+# NVFP4 row kernels (and the FP8 E8M0-32 source decode, scalar and SIMD) on one core vs
+# memcpy of the same fp32 bytes (1 KiB per row of 256 values); prints each kernel's GB/s
+# and its ratio to memcpy.
 bench_kernels() {
   local json
   json=$(mktemp)
-  taskset -c 0 "$build_dir/tests/shardq_bench" --benchmark_filter='memcpy|nvfp4' \
+  taskset -c 0 "$build_dir/tests/shardq_bench" --benchmark_filter='memcpy|nvfp4|fp8_dequantize' \
     --benchmark_min_time="${BENCH_MIN_TIME:-0.5}" --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
   python3 - "$json" <<'PY'
 import json, sys

@@ -61,6 +61,31 @@ void BM_memcpy_fp32_rows(benchmark::State& state) {
   set_counters(state);
 }
 
+// The stage's source decode: E4M3 codes + one E8M0 scale per 32 -> fp32, the same rows
+// (GB/s counts the fp32 output bytes, 1 KiB per row, as the quantizers count their input).
+using Fp8RowKernel = void (*)(const uint8_t*, const uint8_t*, int, float*);
+
+void run_fp8_dequantize(benchmark::State& state, Fp8RowKernel kernel) {
+  std::vector<uint8_t> codes(size_t(kRows) * kCols), scales(size_t(kRows) * kCols / 32);
+  std::mt19937 rng(43);
+  for (auto& c : codes) c = uint8_t(rng() % 0x7F); // no NaN codes, both signs via bit 7 below
+  for (size_t i = 0; i < codes.size(); i += 3) codes[i] |= 0x80;
+  for (auto& s : scales) s = uint8_t(120 + rng() % 8);
+  std::vector<float> out(size_t(kRows) * kCols);
+  for (auto _ : state) {
+    for (int r = 0; r < kRows; ++r)
+      kernel(codes.data() + size_t(r) * kCols, scales.data() + size_t(r) * kCols / 32, kCols,
+             out.data() + size_t(r) * kCols);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state);
+}
+
+void BM_fp8_dequantize_scalar(benchmark::State& state) { run_fp8_dequantize(state, shardq::dequantize_row_fp8_e8m0_32); }
+void BM_fp8_dequantize_simd(benchmark::State& state) {
+  run_fp8_dequantize(state, shardq::dequantize_row_fp8_e8m0_32_simd);
+}
+
 void BM_nvfp4_rtn_ref(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_ref, 1); }
 void BM_nvfp4_rtn_simd(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_simd, 1); }
 void BM_nvfp4_mse_ref(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_ref, 8); }
@@ -69,6 +94,8 @@ void BM_nvfp4_mse_simd(benchmark::State& state) { run_kernel(state, shardq::quan
 } // namespace
 
 BENCHMARK(BM_memcpy_fp32_rows)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_fp8_dequantize_scalar)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_fp8_dequantize_simd)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_nvfp4_rtn_ref)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_nvfp4_rtn_simd)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_nvfp4_mse_ref)->Unit(benchmark::kMillisecond);
