@@ -268,6 +268,12 @@ void Reader::read_rows(const TensorInfo& tensor, uint64_t first_row, uint64_t ro
     throw IoError(fmt::format("{}: tensor '{}': rows [{}, {}) are {} bytes but the buffer holds {}", label, tensor.name, first_row,
                               first_row + row_count, needed, out.size()));
   }
+  // A TensorInfo whose shape disagrees with its offsets (not one of ours) must not read
+  // into its neighbours.
+  if (offset > tensor.end - tensor.begin || needed > tensor.end - tensor.begin - offset) {
+    throw IoError(fmt::format("{}: tensor '{}': rows [{}, {}) lie outside its data_offsets [{}, {})", label, tensor.name, first_row,
+                              first_row + row_count, tensor.begin, tensor.end));
+  }
   pread_full(fd_, out.data(), out.size(), data_offset_ + tensor.begin + offset, label);
 }
 

@@ -211,6 +211,10 @@ TEST(SafetensorsReader, RefusesRowsOutsideTheTensorAndWrongBufferSizes) {
   EXPECT_THROW(reader.read_rows(reader.tensor("a"), UINT64_MAX, 2, out), IoError);
   EXPECT_THROW(reader.read_rows(reader.tensor("a"), 0, 1, out), IoError); // buffer is 2 rows
   EXPECT_THROW(reader.read_bytes(60, out), IoError);
+  TensorInfo forged = reader.tensor("b"); // [48, 53): 5 bytes
+  forged.shape = {2, 4};
+  std::vector<uint8_t> two_rows(8);
+  EXPECT_THROW(reader.read_rows(forged, 0, 2, two_rows), IoError);
 }
 
 // ---------------------------------------------------------------- malformed files
