@@ -29,7 +29,7 @@ void check_fp8_chunk(const Fp8RowChunk& chunk) {
 }
 
 void dequantize_chunk_row(const Fp8RowChunk& chunk, uint64_t r, float* out) {
-  dequantize_row_fp8_e8m0_32(chunk.codes.data() + r * chunk.cols, chunk.scales.data() + r * (chunk.cols / 32),
+  dequantize_row_fp8_e8m0_32_simd(chunk.codes.data() + r * chunk.cols, chunk.scales.data() + r * (chunk.cols / 32),
                              chunk.cols, out);
 }
 
