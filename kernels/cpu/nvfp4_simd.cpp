@@ -274,6 +274,46 @@ HWY_INLINE hn::Mask<DL> CombineMasks(hn::Mask<DLD> lo, hn::Mask<DLD> hi) {
   return hn::Eq(both, hn::Set(dl, 1.0f));
 }
 
+// Scale codes of every candidate (nvfp4_block_scale_code per lane), walked from the largest
+// alpha down and compacted per lane: slot s holds the lane's s-th distinct code and the
+// first k that gave it; slots past a lane's last distinct code repeat its last slot (same
+// code, same error: never a strict improvement). Returns the number of slots to evaluate.
+HWY_INLINE int DistinctCodeSlots(VL amax, hn::Mask<DL> zero, VL six_global, const float* alphas, int candidates,
+                                 int32_t* slot_codes, int32_t* slot_ks) {
+  const DL dl;
+  const DLI di;
+  const size_t n = hn::Lanes(dl);
+  VLI previous = hn::Set(di, -1), count = hn::Zero(di);
+  for (int walk = 0; walk < candidates; ++walk) {
+    const int k = candidates - 1 - walk;
+    const VL unclamped = hn::Div(hn::Mul(hn::Set(dl, alphas[k]), amax), six_global);
+    const VL clamped = hn::Min(hn::Max(unclamped, hn::Set(dl, Nvfp4::min_scale)), hn::Set(dl, Nvfp4::max_scale));
+    const VLI code = hn::IfThenElse(hn::RebindMask(di, zero), hn::Set(di, kNvfp4ZeroBlockScaleCode),
+                                    E4m3CodeOfClamped(clamped));
+    const auto fresh = hn::Ne(code, previous);
+    count = hn::Sub(count, hn::VecFromMask(di, fresh)); // 1-based slot of this code
+    previous = code;
+    for (int slot = 0; slot <= walk; ++slot) {
+      const auto here = hn::And(fresh, hn::Eq(count, hn::Set(di, slot + 1)));
+      int32_t* codes_at = slot_codes + size_t(slot) * n;
+      int32_t* ks_at = slot_ks + size_t(slot) * n;
+      const VLI old_code = slot == walk ? hn::Zero(di) : hn::Load(di, codes_at);
+      const VLI old_k = slot == walk ? hn::Zero(di) : hn::Load(di, ks_at);
+      hn::Store(hn::IfThenElse(here, code, old_code), di, codes_at);
+      hn::Store(hn::IfThenElse(here, hn::Set(di, k), old_k), di, ks_at);
+    }
+  }
+  const int slots = int(hn::GetLane(hn::MaxOfLanes(di, count)));
+  for (int slot = 1; slot < slots; ++slot) {
+    const auto past_last = hn::Lt(count, hn::Set(di, slot + 1));
+    int32_t* codes_at = slot_codes + size_t(slot) * n;
+    int32_t* ks_at = slot_ks + size_t(slot) * n;
+    hn::Store(hn::IfThenElse(past_last, hn::Load(di, codes_at - n), hn::Load(di, codes_at)), di, codes_at);
+    hn::Store(hn::IfThenElse(past_last, hn::Load(di, ks_at - n), hn::Load(di, ks_at)), di, ks_at);
+  }
+  return slots;
+}
+
 // What the lane chooser hands back; all optional except codes.
 struct LaneOutputs {
   uint8_t* codes;      // N scale codes
@@ -302,36 +342,40 @@ void ChooseLanes(const float* columns, size_t stride, float global_scale, const 
   stats.zero_blocks += hn::CountTrue(dl, hn::And(zero, counted_mask));
   stats.scale_underflows += hn::CountTrue(dl, hn::And(underflow, counted_mask));
 
+  // Distinct codes per lane: a candidate whose code equals the previous one's gives the
+  // same error and never wins (codes fall as alpha falls, so repeats are adjacent), so each
+  // lane only evaluates its distinct codes, in walk order, each with its first (largest) k.
+  HWY_ALIGN int32_t slot_codes[kMaxMseCandidates * kMaxLanes], slot_ks[kMaxMseCandidates * kMaxLanes];
+  const size_t n = hn::Lanes(dl);
+  const int slots = DistinctCodeSlots(amax, zero, six_global_v, alphas, candidates, slot_codes, slot_ks);
+
   VLI best_code = hn::Zero(di), best_k = hn::Zero(di);
   VLU best_low = hn::Zero(du), best_high = hn::Zero(du);
   VLD best_lo = hn::Zero(dd), best_hi = hn::Zero(dd);
-  for (int k = candidates - 1; k >= 0; --k) {
-    const VL unclamped = hn::Div(hn::Mul(hn::Set(dl, alphas[k]), amax), six_global_v);
-    const VL clamped = hn::Min(hn::Max(unclamped, hn::Set(dl, Nvfp4::min_scale)), hn::Set(dl, Nvfp4::max_scale));
-    const VLI code = hn::IfThenElse(hn::RebindMask(di, zero), hn::Set(di, kNvfp4ZeroBlockScaleCode),
-                                    E4m3CodeOfClamped(clamped));
-    const bool first = k == candidates - 1;
-    if (!first && hn::AllTrue(di, hn::Eq(code, best_code))) continue;
+  for (int slot = 0; slot < slots; ++slot) {
+    const VLI code = hn::Load(di, slot_codes + size_t(slot) * n);
+    const VLI k = hn::Load(di, slot_ks + size_t(slot) * n);
     const VL scale = E4m3ValueOfPositive(code);
     VLU low = hn::Zero(du), high = hn::Zero(du);
     VLD lo = hn::Zero(dd), hi = hn::Zero(dd);
     CandidateTree<kError, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale, global, low, high, lo,
                                               hi);
-    if (first) {
+    if (slot == 0) {
       best_code = code;
-      best_k = hn::Set(di, k);
+      best_k = k;
       best_low = low;
       best_high = high;
       best_lo = lo;
       best_hi = hi;
       continue;
     }
+    // A strictly smaller error only: exact ties keep the larger alpha, as the ref's walk.
     const auto better_lo = hn::Lt(lo, best_lo), better_hi = hn::Lt(hi, best_hi);
     const auto better = CombineMasks(better_lo, better_hi);
     const auto better_i = hn::RebindMask(di, better);
     const auto better_u = hn::RebindMask(du, better);
     best_code = hn::IfThenElse(better_i, code, best_code);
-    best_k = hn::IfThenElse(better_i, hn::Set(di, k), best_k);
+    best_k = hn::IfThenElse(better_i, k, best_k);
     best_low = hn::IfThenElse(better_u, low, best_low);
     best_high = hn::IfThenElse(better_u, high, best_high);
     best_lo = hn::IfThenElse(better_lo, lo, best_lo);
