@@ -242,7 +242,9 @@ nlohmann::ordered_json output_index(const Plan& plan) {
     }
   }
   // Unchanged shards keep their tensors: count them from the source index and headers.
-  for (const auto& [name, file] : plan.source_index["weight_map"].items()) {
+  for (const auto& entry : plan.source_index["weight_map"].items()) {
+    const std::string& name = entry.key();
+    const auto& file = entry.value();
     const bool renamed = std::any_of(plan.tables.begin(), plan.tables.end(), [&](const TablePlan& t) {
       return t.source_weight == name || t.source_scale == name;
     });
