@@ -92,6 +92,8 @@ void validate(const Job& job) {
   if (job.gptq_block < 16 || job.gptq_block % 16 != 0 || 256 % job.gptq_block != 0) fail("quant.gptq_block must be a multiple of 16 that divides 256");
   if (job.rows_per_chunk < 1) fail("run.rows_per_chunk must be >= 1");
   if (job.backend != "auto" && job.backend != "cpu" && job.backend != "cuda") fail("run.backend must be auto, cpu or cuda");
+  // No silent fallback: the pipeline's quantize stage runs on the CPU in this version.
+  if (job.backend == "cuda") fail("run.backend = \"cuda\" is not available in this version (use auto or cpu)");
   if (job.write_mode != "owner" && job.write_mode != "direct") fail("run.write_mode must be owner or direct");
 }
 
