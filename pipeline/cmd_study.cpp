@@ -116,7 +116,7 @@ int cmd_study(const StudyArgs& args) {
     scales.resize(rows * scale.row_bytes());
     reader.read_rows(weight, first, rows, codes);
     reader.read_rows(scale, first, rows, scales);
-    amax = std::max(amax, amax_fp8_chunk({table.source_weight, first, rows, cols, codes, scales}));
+    amax = std::max(amax, amax_fp8_chunk({table.source_weight, first, rows, cols, codes, scales, table.source_scale}));
   }
   const float global_scale = Nvfp4::global_scale(amax);
 
@@ -148,7 +148,7 @@ int cmd_study(const StudyArgs& args) {
       scales.resize(scale.row_bytes());
       reader.read_rows(weight, row, 1, codes);
       reader.read_rows(scale, row, 1, scales);
-      const Fp8RowChunk one{table.source_weight, row, 1, cols, codes, scales};
+      const Fp8RowChunk one{table.source_weight, row, 1, cols, codes, scales, table.source_scale};
       check_fp8_chunk(one);
       column_rows[size_t(c)].resize(column_rows[size_t(c)].size() + size_t(cols));
       dequantize_chunk_row(one, 0, column_rows[size_t(c)].data() + column_rows[size_t(c)].size() - size_t(cols));

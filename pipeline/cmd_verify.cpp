@@ -84,7 +84,7 @@ void verify_table(const Plan& plan, const TablePlan& table, const nlohmann::orde
     source.read_rows(scale, first, rows, scales);
     output.read_rows(output.tensor(table.out_weight), first, rows, packed);
     output.read_rows(output.tensor(table.out_scale), first, rows, out_scales);
-    const Fp8RowChunk chunk{table.source_weight, first, rows, table.cols, codes, scales};
+    const Fp8RowChunk chunk{table.source_weight, first, rows, table.cols, codes, scales, table.source_scale};
     amax = std::max(amax, amax_fp8_chunk(chunk));
     verify_nvfp4_rows(chunk, packed.data(), out_scales.data(), global_scale, round_to_nearest, table.out_weight, counts);
   }

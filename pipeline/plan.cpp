@@ -110,7 +110,7 @@ std::vector<std::pair<std::string, std::string>> make_fingerprint(const Plan& pl
   return {{"tool_version", SHARDQ_VERSION},
           {"job", plan.job.canonical()},
           {"source_headers", headers},
-          {"src", plan.src.string()}};
+          {"src", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.src)).string()}};
 }
 
 } // namespace

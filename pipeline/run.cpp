@@ -134,19 +134,17 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   std::optional<LoadResult> loaded;
   if (!args.fresh && !args.force) loaded = load_checkpoint(checkpoint_path);
   if (loaded && loaded->fell_back) spdlog::warn("{}", loaded->note);
-  if (loaded) {
-    const std::string mismatch = fingerprint_mismatch(loaded->state, plan.fingerprint);
-    if (!mismatch.empty()) throw PipelineError(fmt::format("{}: {}; use --fresh to start over", checkpoint_path.string(), mismatch));
-    if (args.verify_done) verify_done_chunks(plan, loaded->state);
-  }
+  const std::string mismatch = loaded ? fingerprint_mismatch(loaded->state, plan.fingerprint) : "";
   if (!args.force && output_complete(plan, loaded)) {
-    if (!loaded) {
+    if (!loaded || !mismatch.empty()) {
       throw PipelineError(fmt::format("{}: holds a complete output already; pass --force to overwrite it", plan.dst.string()));
     }
-    spdlog::info("{}: complete already (checkpoint {} records every step); nothing to do", plan.dst.string(),
-                 checkpoint_path.string());
+    spdlog::info("{}: complete already (checkpoint {} records every step); nothing to do (--force redoes it)",
+                 plan.dst.string(), checkpoint_path.string());
     return std::nullopt;
   }
+  if (!mismatch.empty()) throw PipelineError(fmt::format("{}: {}; use --fresh to start over", checkpoint_path.string(), mismatch));
+  if (loaded && args.verify_done) verify_done_chunks(plan, loaded->state);
   // Starting over: shards finalized by an earlier run must not pass for this run's.
   if (args.force || args.fresh) remove_outputs(plan);
   CheckpointState state = fresh_state(plan);

@@ -127,7 +127,7 @@ Fp8RowChunk Worker::read_chunk(const TablePlan& table, uint64_t chunk, std::vect
   scales.resize(rows * scale.row_bytes());
   reader.read_rows(weight, first, rows, codes);
   reader.read_rows(scale, first, rows, scales);
-  return {table.source_weight, first, rows, table.cols, codes, scales};
+  return {table.source_weight, first, rows, table.cols, codes, scales, table.source_scale};
 }
 
 void Worker::do_amax(const WorkItem& item) {

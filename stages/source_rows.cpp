@@ -15,8 +15,9 @@ void check_fp8_chunk(const Fp8RowChunk& chunk) {
     const uint8_t* scales = chunk.scales.data() + r * scale_cols;
     for (int s = 0; s < scale_cols; ++s) {
       if (scales[s] == E8M0::nan_code) {
-        throw StageError(fmt::format("{}: row {} scale column {}: E8M0 scale is NaN (0xFF); expected a finite scale",
-                                     chunk.tensor, chunk.first_row + r, s));
+        throw StageError(fmt::format("{}: row {} column {}: E8M0 scale is NaN (0xFF); expected a finite scale",
+                                     chunk.scale_tensor.empty() ? chunk.tensor : chunk.scale_tensor,
+                                     chunk.first_row + r, s));
       }
     }
     for (int c = 0; c < chunk.cols; ++c) {

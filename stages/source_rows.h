@@ -14,6 +14,7 @@ struct Fp8RowChunk {
   int cols = 0;                    // values per row (256 for Engram)
   std::span<const uint8_t> codes;  // rows * cols E4M3 codes
   std::span<const uint8_t> scales; // rows * cols/32 E8M0 bytes
+  std::string scale_tensor;        // for messages about scales (empty: `tensor`)
 };
 
 // Throws StageError naming tensor, row and column at the first NaN code (E4M3 0x7F/0xFF)

@@ -86,8 +86,7 @@ check_nan_in_table() { # label tensor row col byte column_word
   src=$(fixture_copy "src-$label")
   patch_byte "$src" "$tensor" "$row" "$col" "$byte"
   run_expect_failure "$label" "$dst.log" --src "$src" --dst "$dst" || return 0
-  expect_in_log "$label" "$dst.log" "layers.14.engram.embed"
-  expect_in_log "$label" "$dst.log" "row $row "
+  expect_in_log "$label" "$dst.log" "$tensor: row $row "
   expect_in_log "$label" "$dst.log" "$column_word $col"
   no_complete_output "$label" "$dst"
   echo "ok: $label: $(grep -m1 'error' "$dst.log")"
@@ -114,7 +113,13 @@ check_force() {
   "$SHARDQ_BIN" run "$job" --src "$work/src" --dst "$dst" --set 'quant.method="rtn"' >"$dst.log" 2>&1 ||
     { fail "force: the first run failed"; cat "$dst.log"; return 0; }
   before=$(cd "$dst" && sha256sum ./*.safetensors ./*.json)
-  if run_expect_failure force "$dst.again.log" --src "$work/src" --dst "$dst"; then
+  # The same job again (a requeue after the last save) has nothing to do.
+  "$SHARDQ_BIN" run "$job" --src "$work/src" --dst "$dst" --set 'quant.method="rtn"' >"$dst.same.log" 2>&1 ||
+    fail "force: rerunning the finished job failed"
+  grep -q "nothing to do" "$dst.same.log" || fail "force: the rerun did not say it had nothing to do"
+  [ "$before" = "$(cd "$dst" && sha256sum ./*.safetensors ./*.json)" ] || fail "force: the rerun changed the output"
+  # Another job (method) into the complete output is refused without --force.
+  if run_expect_failure force "$dst.again.log" --src "$work/src" --dst "$dst" --set 'quant.method="mse"'; then
     expect_in_log force "$dst.again.log" "--force"
     after=$(cd "$dst" && sha256sum ./*.safetensors ./*.json)
     [ "$before" = "$after" ] || fail "force: the refused run changed the output"
@@ -145,7 +150,7 @@ check_unknown_keys() {
 table=layers.14.engram.embed.weight
 check_nan_in_table nan-7f "$table" 30001 77 0x7F column
 check_nan_in_table nan-ff "$table" 41234 200 0xFF column
-check_nan_in_table e8m0-ff layers.14.engram.embed.scale 12345 5 0xFF "scale column"
+check_nan_in_table e8m0-ff layers.14.engram.embed.scale 12345 5 0xFF "column"
 check_layout_mismatch
 check_force
 check_unknown_keys
