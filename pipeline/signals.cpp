@@ -8,6 +8,8 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <chrono>
+#include <thread>
 
 #include "pipeline/commands.h"
 
@@ -44,6 +46,15 @@ void crash_point(const char* event) {
   if (colon == std::string::npos || text.substr(0, colon) != event) return;
   std::lock_guard lock(mutex);
   if (++seen[event] == std::atoi(text.c_str() + colon + 1)) kill(getpid(), SIGKILL);
+}
+
+} // namespace shardq
+
+namespace shardq {
+
+void test_chunk_delay() {
+  static const char* delay = std::getenv("SHARDQ_TEST_CHUNK_DELAY_MS");
+  if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
 }
 
 } // namespace shardq

@@ -13,4 +13,8 @@ int stop_signal(); // the signal number that asked to stop (0 if none)
 // the process kills itself with SIGKILL, as a power cut would.
 void crash_point(const char* event);
 
+// For tests that must interrupt a run mid-way whatever the machine's speed:
+// SHARDQ_TEST_CHUNK_DELAY_MS=n makes every quantized chunk take n ms longer.
+void test_chunk_delay();
+
 } // namespace shardq

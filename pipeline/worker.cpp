@@ -173,6 +173,7 @@ void Worker::do_quantize(const WorkItem& item) {
     emit(0, Tag::dropped, encode(item));
     return;
   }
+  test_chunk_delay();
   ChunkResult result{item.table, item.index, chunk_checksum(chunk_out_), 0.0, rank_, chunk_out_.stats};
   const int writer = outputs_.writer_of(table.shard);
   if (outputs_.writes_shard(table.shard)) {

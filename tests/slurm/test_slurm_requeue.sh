@@ -22,6 +22,8 @@ readonly report_name=engram-nvfp4.json # differs between runs (times); not compa
 # outlasts the polling and the signal by a wide margin; interrupt at the first
 # checkpoint that shows progress.
 readonly overrides=(--set quant.method=mse --set quant.mse_candidates=16 --set run.rows_per_chunk=256)
+# Each chunk takes 20 ms longer, so the interrupt lands mid-run however fast the machine is.
+export SHARDQ_TEST_CHUNK_DELAY_MS=20
 readonly interrupt_after_chunks=1
 
 tmp=$(mktemp -d /tmp/shardq-slurm-test.XXXXXX)

@@ -16,6 +16,8 @@ readonly job_file=$SHARDQ_SOURCE_DIR/jobs/demo-engram-nvfp4.toml
 readonly report_name=engram-nvfp4.json # differs between runs (times); not compared
 # Slow enough (~10 s on 2 idle cores) to be interrupted at the first saved progress.
 readonly overrides=(--set quant.method=mse --set quant.mse_candidates=16 --set run.rows_per_chunk=256)
+# Each chunk takes 20 ms longer, so the interrupt lands mid-run however fast the machine is.
+export SHARDQ_TEST_CHUNK_DELAY_MS=20
 
 tmp=$(mktemp -d /tmp/shardq-sparks-test.XXXXXX)
 sparks_pid=""
