@@ -16,7 +16,9 @@ METHOD=${SHARDQ_TEST_METHOD:-mse}
 echo "seed $SEED, method $METHOD"
 
 make_fixture "$WORK/src"
-COMMON=(--src "$WORK/src" --set "quant.method=$METHOD" --set run.rows_per_chunk=1024)
+COMMON=(--src "$WORK/src" --set "quant.method=$METHOD" --set run.rows_per_chunk=256)
+# Every chunk takes 5 ms longer, so kills land in every stage however fast the machine is.
+export SHARDQ_TEST_CHUNK_DELAY_MS=5
 
 start=$(now)
 run_shardq 0 "$WORK/ref.log" "$JOB" "${COMMON[@]}" --dst "$WORK/ref" || fail "uninterrupted run failed: $(tail -5 "$WORK/ref.log")"
