@@ -20,7 +20,9 @@ volatile sig_atomic_t g_stop_signal = 0;
 volatile sig_atomic_t g_signal_count = 0;
 
 void on_stop_signal(int signal) {
-  if (++g_signal_count > 1) _exit(kExitInterrupted);
+  const int count = g_signal_count + 1; // no ++ on a volatile (deprecated in C++20)
+  g_signal_count = count;
+  if (count > 1) _exit(kExitInterrupted);
   g_stop_signal = signal;
 }
 
