@@ -17,15 +17,16 @@ rm -rf out/demo && mkdir -p out/demo
 
 job=jobs/demo-engram-nvfp4.toml
 checkpoint=out/demo/dsv41-mini-nvfp4-engram/.shardq/checkpoint.h5
-echo "== run on 4 ranks; SIGTERM once a few chunks are done"
+echo "== run on 4 ranks; interrupted (USR1, which mpirun forwards to the ranks) once a few chunks are done"
 set +e
-mpirun -np 4 "$shardq" run "$job" &
+# The fixture takes seconds: pace the first run (40 ms more per chunk) so there is time to interrupt it.
+SHARDQ_TEST_CHUNK_DELAY_MS=40 mpirun -np 4 "$shardq" run "$job" &
 pid=$!
 until "$shardq" status "$checkpoint" 2>/dev/null | awk '$1 == "total" { split($2, c, "/"); exit !(c[1] >= 6) }'; do
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.2
 done
-kill -TERM "$pid" 2>/dev/null
+kill -USR1 "$pid" 2>/dev/null
 wait "$pid"
 code=$?
 set -e
