@@ -7,6 +7,7 @@
 
 #include "pipeline/engram_config.h"
 #include "pipeline/io/config.h"
+#include "pipeline/io/index.h"
 #include "kernels/formats.h"
 #include "pipeline/pipeline_error.h"
 #include "stages/factors.h"
@@ -35,11 +36,7 @@ std::vector<std::string> shard_files(const nlohmann::ordered_json& index, const 
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (!file.is_string()) throw PipelineError(fmt::format("{}: weight_map['{}'] is not a file name", index_path.string(), name));
     const std::string shard = file.get<std::string>();
-    if (shard.empty() || shard.find('/') != std::string::npos || shard.find('\\') != std::string::npos ||
-        shard.find("..") != std::string::npos) {
-      throw PipelineError(fmt::format("{}: weight_map['{}'] = '{}' is not a plain file name in the folder",
-                                      index_path.string(), name, shard));
-    }
+    io::check_shard_name(shard, index_path, name);
     files.insert(shard);
   }
   return {files.begin(), files.end()};
