@@ -19,11 +19,14 @@ make_fixture "$WORK/src"
 COMMON=(--src "$WORK/src" --set "quant.method=$METHOD" --set run.rows_per_chunk=256)
 # Every chunk takes 5 ms longer, so kills land in every stage however fast the machine is.
 export SHARDQ_TEST_CHUNK_DELAY_MS=5
+# During a wall-clock attempt chunks take this long, so the kill always comes before the end.
+WALL_DELAY_MS=40
 
 start=$(now)
 run_shardq 0 "$WORK/ref.log" "$JOB" "${COMMON[@]}" --dst "$WORK/ref" || fail "uninterrupted run failed: $(tail -5 "$WORK/ref.log")"
-REF_SECONDS=$(seconds_since "$start")
-echo "uninterrupted run: $REF_SECONDS s"
+echo "uninterrupted run: $(seconds_since "$start") s"
+TOTAL_CHUNKS=$(wc -l < <(done_chunks "$WORK/ref/.shardq/checkpoint.h5"))
+((TOTAL_CHUNKS > 0)) || fail "the uninterrupted run's checkpoint records no chunk"
 
 DST="$WORK/out"
 CKPT="$DST/.shardq/checkpoint.h5"
@@ -69,7 +72,7 @@ attempt() {
   local rc=0
   if [[ $spec == wall:* ]]; then
     # shellcheck disable=SC2046
-    SHARDQ_LOG=debug $(shardq_cmd "$np" "${ARGS[@]}") >"$log" 2>&1 &
+    SHARDQ_TEST_CHUNK_DELAY_MS=$WALL_DELAY_MS SHARDQ_LOG=debug $(shardq_cmd "$np" "${ARGS[@]}") >"$log" 2>&1 &
     local pid=$!
     STARTED_PIDS+=("$pid")
     sleep "${spec#wall:}"
@@ -106,17 +109,34 @@ wait_for_no_rank() {
   fail "ranks of a killed run are still alive: $(pgrep -af -- "--dst $1( |$)")"
 }
 
+# A wall-clock kill at 10-40 % of the shortest time the pending chunks can take (two
+# ranks working, WALL_DELAY_MS each), after a startup allowance: it cannot let the run end,
+# however fast or loaded the machine. Too few chunks left: no wall-clock kill.
+wall_spec() {
+  local chunks_left=$TOTAL_CHUNKS
+  [[ -f "$CKPT" ]] && chunks_left=$(pending_count "$CKPT" chunk_state)
+  ((chunks_left >= 32)) || return 0
+  python3 -c "import sys; print(f'wall:{0.2 + int(sys.argv[1]) * $WALL_DELAY_MS / 2000 * int(sys.argv[2]) / 100:.2f}')" \
+    "$chunks_left" "$(random_between 10 40)"
+}
+
 # Stages in order, some twice, with wall-clock kills in between.
-# Wall-clock kills come early: a late one may let the run finish the stages after it.
 PLAN=(amax amax save quantize wall quantize wall finalize quantize save quantize finalize index config report)
 for stage in "${PLAN[@]}"; do
   ((COMPLETE)) && break
   if [[ $stage == wall ]]; then
-    spec="wall:$(python3 -c "import sys; print(f'{float(sys.argv[1]) * float(sys.argv[2]) / 100:.2f}')" "$REF_SECONDS" "$(random_between 10 40)")"
+    spec=$(wall_spec)
   else
     spec=$(pick_crash "$stage")
-    [[ -n "$spec" ]] || continue
   fi
+  [[ -n "$spec" ]] || continue
+  attempt "$spec"
+done
+# Some planned events may have been passed already: more crash points until enough kills.
+while ((!COMPLETE && KILLS < MIN_KILLS)); do
+  spec=$(pick_crash quantize)
+  [[ -n "$spec" ]] || spec=$(pick_crash save)
+  [[ -n "$spec" ]] || break
   attempt "$spec"
 done
 while ((!COMPLETE)); do
@@ -124,7 +144,6 @@ while ((!COMPLETE)); do
 done
 echo "$KILLS kills over $ATTEMPT runs"
 ((KILLS >= MIN_KILLS)) || fail "only $KILLS kills happened (wanted at least $MIN_KILLS)"
-TOTAL_CHUNKS=$(wc -l < <(done_chunks "$CKPT"))
 ((ASSIGNED >= TOTAL_CHUNKS)) || fail "the logs show $ASSIGNED quantize assignments for $TOTAL_CHUNKS chunks"
 for event in amax quantize save finalize index config report wall; do
   [[ -n "${CRASHED[$event]:-}" ]] || fail "no kill happened in stage $event"
