@@ -45,7 +45,8 @@ void add_weighted_errors(const float* original, const float* dequantized, uint64
 void quantize_chunk_piece(const Fp8RowChunk& chunk, const QuantizeParams& params, int column, uint64_t first,
                           uint64_t count, Nvfp4Chunk& out) {
   const int cols = chunk.cols;
-  std::vector<float> rows(count * cols);
+  thread_local std::vector<float> rows; // grows once to a piece; never cleared (all written)
+  if (rows.size() < count * cols) rows.resize(count * cols);
   for (uint64_t r = 0; r < count; ++r) dequantize_chunk_row(chunk, first + r, rows.data() + r * cols);
   quantize_column_rows(rows.data(), count, cols, column, params, out.packed.data() + first * (cols / 2),
                        out.scales.data() + first * (cols / Nvfp4::block), out.stats);
@@ -117,8 +118,9 @@ QuantizeParams make_quantize_params(QuantMethod method, int mse_candidates, doub
 }
 
 void Nvfp4Chunk::resize(uint64_t rows, int cols) {
-  packed.assign(rows * cols / 2, 0);
-  scales.assign(rows * cols / Nvfp4::block, 0);
+  // Every byte is overwritten by the quantizer: no clearing pass over the chunk.
+  packed.resize(rows * cols / 2);
+  scales.resize(rows * cols / Nvfp4::block);
   stats = ChunkStats{};
 }
 
