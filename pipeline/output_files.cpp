@@ -39,7 +39,10 @@ void OutputFiles::create_all(bool resume) {
     if (std::filesystem::exists(plan_.dst / plan_.shards[s].file)) continue; // finalized before
     auto writer = make_writer(plan_, s);
     writer->open(resume);
-    if (writes_shard(s)) writers_[s] = std::move(writer);
+    if (writes_shard(s)) {
+      std::lock_guard lock(writers_mutex_);
+      writers_[s] = std::move(writer);
+    }
   }
 }
 
@@ -48,11 +51,13 @@ void OutputFiles::open_mine() {
     if (!writes_shard(s) || writers_.count(s) || std::filesystem::exists(plan_.dst / plan_.shards[s].file)) continue;
     auto writer = make_writer(plan_, s);
     writer->open(true);
+    std::lock_guard lock(writers_mutex_);
     writers_[s] = std::move(writer);
   }
 }
 
 io::Writer& OutputFiles::writer(size_t shard) const {
+  std::lock_guard lock(writers_mutex_);
   const auto it = writers_.find(shard);
   if (it == writers_.end()) {
     throw PipelineError(fmt::format("rank {}: {}: this rank does not hold the shard open", rank_, plan_.shards[shard].file));
@@ -60,13 +65,17 @@ io::Writer& OutputFiles::writer(size_t shard) const {
   return *it->second;
 }
 
-void OutputFiles::write_chunk(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<const uint8_t> packed,
-                              std::span<const uint8_t> scales) {
+void OutputFiles::write_chunk_bytes(const TablePlan& table, uint64_t first_row, uint64_t rows,
+                                    std::span<const uint8_t> packed, std::span<const uint8_t> scales) {
   io::Writer& out = writer(table.shard);
   for (const auto& piece : plan_chunk_writes(packed, scales, first_row, rows, weight_slot(plan_, table), scale_slot(plan_, table))) {
     out.write_bytes(piece.offset, piece.bytes);
   }
-  out.sync();
+}
+
+void OutputFiles::sync_all() {
+  std::lock_guard lock(writers_mutex_);
+  for (auto& [shard, out] : writers_) out->sync();
 }
 
 void OutputFiles::read_chunk(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<uint8_t> packed,
@@ -99,6 +108,7 @@ void OutputFiles::finalize(size_t shard, std::span<const float> global_scales) {
   }
   crash_point("finalize");
   out.finish();
+  std::lock_guard lock(writers_mutex_);
   writers_.erase(shard);
 }
 

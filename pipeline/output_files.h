@@ -1,9 +1,10 @@
 // The output shards this rank writes: opened once before work starts, written by pwrite
-// from any thread, fsynced per chunk, finalized (copies, scalars, rename) by one rank.
+// from one writer thread, fsynced in batches (ChunkWriter), finalized (copies, scalars, rename) by one rank.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 
 #include "pipeline/io/safetensors.h"
@@ -24,9 +25,10 @@ class OutputFiles {
   void create_all(bool resume);
   void open_mine();
 
-  // Chunk bytes at their planned places, then fsync: after this they are durable.
-  void write_chunk(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<const uint8_t> packed,
-                   std::span<const uint8_t> scales);
+  // Chunk bytes at their planned places (pwrite); durable only after sync_all().
+  void write_chunk_bytes(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<const uint8_t> packed,
+                         std::span<const uint8_t> scales);
+  void sync_all(); // fsync every shard this rank holds open
   // Reads a finished chunk back (for --verify-done).
   void read_chunk(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<uint8_t> packed,
                   std::span<uint8_t> scales) const;
@@ -39,6 +41,9 @@ class OutputFiles {
   const Plan& plan_;
   int rank_;
   bool direct_;
+  // The map is shared by the main thread (finalize) and the writer thread (sync_all); a
+  // shard's Writer itself is used by one thread at a time.
+  mutable std::mutex writers_mutex_;
   std::map<size_t, std::unique_ptr<io::Writer>> writers_;
 };
 

@@ -21,7 +21,7 @@
 namespace shardq {
 namespace {
 
-constexpr size_t kItemsPerRank = 2; // one computing, one queued: reads overlap compute
+constexpr size_t kItemsPerRank = 3; // computing, read ahead, being read: disk and compute overlap
 constexpr auto kWaitRetry = std::chrono::milliseconds(20);
 constexpr auto kIdleSleep = std::chrono::microseconds(500);
 
@@ -199,11 +199,10 @@ struct RankLoop {
   void write_received_chunk(const Message& m) {
     const auto result = decode<ChunkResult>(m.bytes);
     const TablePlan& table = plan.tables[size_t(result.table)];
-    const uint64_t first = table.chunk_first_row(uint64_t(result.chunk)), rows = table.chunk_rows(uint64_t(result.chunk));
+    const uint64_t rows = table.chunk_rows(uint64_t(result.chunk));
     const auto body = payload(m.bytes, sizeof(ChunkResult));
     const size_t packed_bytes = rows * uint64_t(table.cols / 2);
-    outputs.write_chunk(table, first, rows, body.first(packed_bytes), body.subspan(packed_bytes));
-    link.send(0, Tag::chunk_done, encode(result));
+    worker.write_received(result, body.first(packed_bytes), body.subspan(packed_bytes)); // chunk_done once durable
   }
 
   void finalize_shard(const Message& m) {

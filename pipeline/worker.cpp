@@ -18,6 +18,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+constexpr size_t kReadAhead = 1; // items read and waiting for the compute thread
+
 std::span<const uint8_t> as_bytes(const std::vector<double>& values) {
   return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(double)};
 }
@@ -27,7 +29,10 @@ std::span<const uint8_t> as_bytes(const std::vector<double>& values) {
 Worker::Worker(const Plan& plan, OutputFiles& outputs, int rank) : plan_(plan), outputs_(outputs), rank_(rank) {
   for (const auto& shard : plan.shards) readers_.push_back(std::make_unique<io::Reader>(plan.src / shard.file));
   gptq_pin_blas_threads();
-  thread_ = std::thread([this] { run(); });
+  writer_ = std::make_unique<ChunkWriter>(plan, outputs,
+                                          [this](const ChunkResult& result) { emit(0, Tag::chunk_done, encode(result)); });
+  reader_thread_ = std::thread([this] { read_loop(); });
+  compute_thread_ = std::thread([this] { compute_loop(); });
 }
 
 Worker::~Worker() { stop(); }
@@ -37,8 +42,10 @@ void Worker::stop() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  changed_.notify_all();
+  if (reader_thread_.joinable()) reader_thread_.join();
+  if (compute_thread_.joinable()) compute_thread_.join();
+  writer_->stop();
 }
 
 void Worker::push(const WorkItem& item) {
@@ -46,12 +53,12 @@ void Worker::push(const WorkItem& item) {
     std::lock_guard lock(mutex_);
     queue_.push_back(item);
   }
-  wake_.notify_all();
+  changed_.notify_all();
 }
 
 size_t Worker::load() const {
   std::lock_guard lock(mutex_);
-  return queue_.size() + (running_item_ ? 1 : 0);
+  return queue_.size() + ready_.size() + (reading_ ? 1 : 0) + (computing_ ? 1 : 0);
 }
 
 void Worker::install_factors(size_t table, std::shared_ptr<const LayerFactors> factors) {
@@ -59,11 +66,23 @@ void Worker::install_factors(size_t table, std::shared_ptr<const LayerFactors> f
   factors_[table] = std::move(factors);
 }
 
+void Worker::write_received(const ChunkResult& result, std::span<const uint8_t> packed, std::span<const uint8_t> scales) {
+  ChunkBytes bytes = writer_->recycled();
+  bytes.packed.assign(packed.begin(), packed.end());
+  bytes.scales.assign(scales.begin(), scales.end());
+  writer_->push(result, std::move(bytes));
+}
+
 void Worker::cancel() {
   std::lock_guard lock(mutex_);
   cancel_ = true;
   for (const auto& item : queue_) results_.push_back({0, Tag::dropped, encode(item)});
   queue_.clear();
+  for (auto& read : ready_) {
+    results_.push_back({0, Tag::dropped, encode(read.item)});
+    if (read.rows) free_rows_.push_back(std::move(read.rows));
+  }
+  ready_.clear();
 }
 
 std::optional<Outgoing> Worker::pop_result() {
@@ -75,6 +94,7 @@ std::optional<Outgoing> Worker::pop_result() {
 }
 
 void Worker::rethrow_if_failed() {
+  writer_->rethrow_if_failed();
   std::lock_guard lock(mutex_);
   if (failure_) std::rethrow_exception(failure_);
 }
@@ -84,56 +104,106 @@ void Worker::emit(int dest, Tag tag, std::vector<uint8_t> bytes) {
   results_.push_back({dest, tag, std::move(bytes)});
 }
 
-void Worker::run() {
+void Worker::fail(std::exception_ptr failure) {
+  std::lock_guard lock(mutex_);
+  if (!failure_) failure_ = failure;
+  reading_ = computing_ = false;
+}
+
+// Reads one item ahead of the compute thread: its source rows are in memory by the time
+// the current item is done.
+void Worker::read_loop() {
   for (;;) {
-    WorkItem item;
+    ReadItem read;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      changed_.wait(lock, [&] { return stopping_ || (!queue_.empty() && ready_.size() < kReadAhead); });
       if (stopping_) return;
-      item = queue_.front();
+      read.item = queue_.front();
       queue_.pop_front();
-      running_item_ = true;
+      reading_ = true;
+      if (read.item.kind == WorkKind::amax || read.item.kind == WorkKind::quantize) {
+        if (free_rows_.empty()) free_rows_.push_back(std::make_unique<SourceRows>());
+        read.rows = std::move(free_rows_.back());
+        free_rows_.pop_back();
+      }
     }
     try {
-      process(item);
+      if (read.rows) read_rows(read.item, *read.rows);
     } catch (...) {
-      std::lock_guard lock(mutex_);
-      failure_ = std::current_exception();
-      running_item_ = false;
+      fail(std::current_exception());
       return;
     }
-    std::lock_guard lock(mutex_);
-    running_item_ = false;
+    {
+      std::lock_guard lock(mutex_);
+      reading_ = false;
+      if (cancel_) {
+        results_.push_back({0, Tag::dropped, encode(read.item)});
+        if (read.rows) free_rows_.push_back(std::move(read.rows));
+      } else {
+        ready_.push_back(std::move(read));
+      }
+    }
+    changed_.notify_all();
   }
 }
 
-void Worker::process(const WorkItem& item) {
-  switch (item.kind) {
-    case WorkKind::amax: do_amax(item); break;
-    case WorkKind::factor: do_factor(item); break;
-    case WorkKind::quantize: do_quantize(item); break;
+void Worker::compute_loop() {
+  for (;;) {
+    ReadItem read;
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
+      if (stopping_) return;
+      read = std::move(ready_.front());
+      ready_.pop_front();
+      computing_ = true;
+    }
+    changed_.notify_all(); // the reader may read the next item
+    try {
+      if (cancel_) emit(0, Tag::dropped, encode(read.item));
+      else process(read);
+    } catch (...) {
+      fail(std::current_exception());
+      return;
+    }
+    std::lock_guard lock(mutex_);
+    computing_ = false;
+    if (read.rows) free_rows_.push_back(std::move(read.rows));
+  }
+}
+
+void Worker::process(ReadItem& read) {
+  switch (read.item.kind) {
+    case WorkKind::amax: do_amax(read.item, *read.rows); break;
+    case WorkKind::factor: do_factor(read.item); break;
+    case WorkKind::quantize: do_quantize(read.item, *read.rows); break;
     case WorkKind::wait: break;
   }
 }
 
-Fp8RowChunk Worker::read_chunk(const TablePlan& table, uint64_t chunk, std::vector<uint8_t>& codes,
-                               std::vector<uint8_t>& scales) const {
+void Worker::read_rows(const WorkItem& item, SourceRows& rows) const {
+  const TablePlan& table = plan_.tables[size_t(item.table)];
   const io::Reader& reader = *readers_[table.shard];
-  const uint64_t first = table.chunk_first_row(chunk), rows = table.chunk_rows(chunk);
+  const uint64_t chunk = uint64_t(item.index), first = table.chunk_first_row(chunk), count = table.chunk_rows(chunk);
   const io::TensorInfo& weight = reader.tensor(table.source_weight);
   const io::TensorInfo& scale = reader.tensor(table.source_scale);
-  codes.resize(rows * weight.row_bytes());
-  scales.resize(rows * scale.row_bytes());
-  reader.read_rows(weight, first, rows, codes);
-  reader.read_rows(scale, first, rows, scales);
-  return {table.source_weight, first, rows, table.cols, codes, scales, table.source_scale};
+  rows.codes.resize(count * weight.row_bytes());
+  rows.scales.resize(count * scale.row_bytes());
+  reader.read_rows(weight, first, count, rows.codes);
+  reader.read_rows(scale, first, count, rows.scales);
 }
 
-void Worker::do_amax(const WorkItem& item) {
-  const auto start = std::chrono::steady_clock::now();
+Fp8RowChunk Worker::chunk_view(const WorkItem& item, const SourceRows& rows) const {
   const TablePlan& table = plan_.tables[size_t(item.table)];
-  const float amax = amax_fp8_chunk(read_chunk(table, uint64_t(item.index), codes_, scales_));
+  const uint64_t chunk = uint64_t(item.index);
+  return {table.source_weight, table.chunk_first_row(chunk), table.chunk_rows(chunk), table.cols, rows.codes, rows.scales,
+          table.source_scale};
+}
+
+void Worker::do_amax(const WorkItem& item, const SourceRows& rows) {
+  const auto start = std::chrono::steady_clock::now();
+  const float amax = amax_fp8_chunk(chunk_view(item, rows));
   emit(0, Tag::amax_result, encode(AmaxResult{item.table, item.index, amax, seconds_since(start)}));
 }
 
@@ -153,11 +223,11 @@ void Worker::do_factor(const WorkItem& item) {
   emit(0, Tag::factor_result, encode(FactorResult{item.table, int32_t(item.index)}, {as_bytes(factor.gram), as_bytes(factor.upper)}));
 }
 
-void Worker::do_quantize(const WorkItem& item) {
+void Worker::do_quantize(const WorkItem& item, const SourceRows& rows) {
   const auto start = std::chrono::steady_clock::now();
   const size_t table_index = size_t(item.table);
   const TablePlan& table = plan_.tables[table_index];
-  const Fp8RowChunk chunk = read_chunk(table, uint64_t(item.index), codes_, scales_);
+  const Fp8RowChunk chunk = chunk_view(item, rows);
   QuantizeParams params = make_quantize_params(parse_quant_method(plan_.job.method), int(plan_.job.mse_candidates),
                                                plan_.job.mse_alpha_min, item.global_scale);
   params.gptq_block = int(plan_.job.gptq_block);
@@ -174,15 +244,15 @@ void Worker::do_quantize(const WorkItem& item) {
     return;
   }
   test_chunk_delay();
-  ChunkResult result{item.table, item.index, chunk_checksum(chunk_out_), 0.0, rank_, chunk_out_.stats};
-  const int writer = outputs_.writer_of(table.shard);
+  ChunkResult result{item.table, item.index, chunk_checksum(chunk_out_), seconds_since(start), rank_, chunk_out_.stats};
   if (outputs_.writes_shard(table.shard)) {
-    outputs_.write_chunk(table, chunk.first_row, chunk.rows, chunk_out_.packed, chunk_out_.scales);
-    result.seconds = seconds_since(start);
-    emit(0, Tag::chunk_done, encode(result));
+    // The writer reports the chunk once it is durable; its buffers come back for the next.
+    ChunkBytes bytes = writer_->recycled();
+    std::swap(bytes.packed, chunk_out_.packed);
+    std::swap(bytes.scales, chunk_out_.scales);
+    writer_->push(result, std::move(bytes));
   } else {
-    result.seconds = seconds_since(start);
-    emit(writer, Tag::chunk_data, encode(result, {chunk_out_.packed, chunk_out_.scales}));
+    emit(outputs_.writer_of(table.shard), Tag::chunk_data, encode(result, {chunk_out_.packed, chunk_out_.scales}));
   }
 }
 

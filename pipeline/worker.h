@@ -1,6 +1,8 @@
-// The compute thread of a rank: reads source rows, runs the stages, writes its own
-// chunks when this rank writes them, and hands results back to the rank's main thread
-// (which alone talks MPI).
+// The work side of a rank, three threads in a row so that disk and compute overlap:
+//   reader   - takes the next assigned item and reads its source rows (pread),
+//   compute  - runs the stage on rows already read,
+//   writer   - ChunkWriter: pwrites this rank's chunks and fsyncs them in batches.
+// Results go back to the rank's main thread (which alone talks MPI) through a queue.
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "pipeline/chunk_writer.h"
 #include "pipeline/link.h"
 #include "pipeline/output_files.h"
 #include "pipeline/plan.h"
@@ -34,22 +37,35 @@ class Worker {
   ~Worker();
 
   void push(const WorkItem& item);
-  size_t load() const; // items queued or running
+  size_t load() const; // items queued, being read, read or computing
   void install_factors(size_t table, std::shared_ptr<const LayerFactors> factors);
-  void cancel();       // drop the running item (if it can be dropped) and the queue
+  // A chunk another rank computed, for a shard this rank writes (reported once durable).
+  void write_received(const ChunkResult& result, std::span<const uint8_t> packed, std::span<const uint8_t> scales);
+  void cancel();       // drop the computing item (if it can be dropped) and everything not yet computed
   std::optional<Outgoing> pop_result();
   void rethrow_if_failed();
   void stop();
 
  private:
-  void run();
-  void process(const WorkItem& item);
-  void do_amax(const WorkItem& item);
+  // Source rows of one chunk as read from disk.
+  struct SourceRows {
+    std::vector<uint8_t> codes, scales;
+  };
+  struct ReadItem {
+    WorkItem item;
+    std::unique_ptr<SourceRows> rows; // amax and quantize only
+  };
+
+  void read_loop();
+  void compute_loop();
+  void fail(std::exception_ptr failure);
+  void process(ReadItem& read);
+  void do_amax(const WorkItem& item, const SourceRows& rows);
   void do_factor(const WorkItem& item);
-  void do_quantize(const WorkItem& item);
+  void do_quantize(const WorkItem& item, const SourceRows& rows);
   void emit(int dest, Tag tag, std::vector<uint8_t> bytes);
-  Fp8RowChunk read_chunk(const TablePlan& table, uint64_t chunk, std::vector<uint8_t>& codes,
-                         std::vector<uint8_t>& scales) const;
+  void read_rows(const WorkItem& item, SourceRows& rows) const;
+  Fp8RowChunk chunk_view(const WorkItem& item, const SourceRows& rows) const;
   const std::vector<float>& wkv(size_t table);
 
   const Plan& plan_;
@@ -58,18 +74,20 @@ class Worker {
   std::vector<std::unique_ptr<io::Reader>> readers_; // per source shard, opened once
   std::map<size_t, std::vector<float>> wkv_cache_;   // per table: dequantized wkv
   std::map<size_t, std::shared_ptr<const LayerFactors>> factors_;
-  std::vector<uint8_t> codes_, scales_;
-  Nvfp4Chunk chunk_out_;
+  Nvfp4Chunk chunk_out_; // compute thread only
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<WorkItem> queue_;
+  std::condition_variable changed_;
+  std::deque<WorkItem> queue_;                         // assigned, not yet read
+  std::deque<ReadItem> ready_;                         // read, not yet computed
+  std::vector<std::unique_ptr<SourceRows>> free_rows_; // buffers to read into
   std::deque<Outgoing> results_;
-  bool running_item_ = false;
+  bool reading_ = false, computing_ = false;
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};
   std::exception_ptr failure_;
-  std::thread thread_;
+  std::unique_ptr<ChunkWriter> writer_;
+  std::thread reader_thread_, compute_thread_;
 };
 
 } // namespace shardq

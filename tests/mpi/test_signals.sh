@@ -27,7 +27,8 @@ run_shardq 1 "$WORK/ref.log" "$JOB" "${COMMON[@]}" --set run.rows_per_chunk=$RPC
 start_run() {
   local dst=$1 log=$2
   shift 2
-  SHARDQ_LOG=debug "$@" >"$log" 2>&1 &
+  # Paced (every chunk 30 ms longer) so the run is surely still under way when signalled.
+  SHARDQ_TEST_CHUNK_DELAY_MS=30 SHARDQ_LOG=debug "$@" >"$log" 2>&1 &
   RUN_PID=$!
   STARTED_PIDS+=("$RUN_PID")
   local i

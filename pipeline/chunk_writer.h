@@ -1,0 +1,60 @@
+// The write side of a rank: a thread that pwrites finished chunks into this rank's output
+// shards and makes them durable in batches. A chunk is reported (on_durable) only after an
+// fsync that covers it, so the checkpoint never records a chunk the disk may not hold;
+// one fsync covers everything written since the last, so the disk sees large writes
+// while the compute thread goes on with the next chunk.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "pipeline/output_files.h"
+#include "pipeline/work.h"
+
+namespace shardq {
+
+// The bytes of one quantized chunk (packed codes, E4M3 scales); recycled between chunks.
+struct ChunkBytes {
+  std::vector<uint8_t> packed, scales;
+};
+
+class ChunkWriter {
+ public:
+  using OnDurable = std::function<void(const ChunkResult&)>;
+
+  ChunkWriter(const Plan& plan, OutputFiles& outputs, OnDurable on_durable);
+  ~ChunkWriter();
+
+  // Queues a chunk for writing; waits while kMaxQueuedChunks are queued (back-pressure).
+  void push(const ChunkResult& result, ChunkBytes bytes);
+  // Buffers of an already written chunk, to fill again (empty ones when none is free).
+  ChunkBytes recycled();
+  void rethrow_if_failed();
+  void stop(); // writes and syncs what is queued, then ends the thread
+
+ private:
+  struct Pending {
+    ChunkResult result;
+    ChunkBytes bytes;
+  };
+  void run();
+
+  const Plan& plan_;
+  OutputFiles& outputs_;
+  OnDurable on_durable_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Pending> queue_;
+  std::vector<ChunkBytes> free_;
+  bool stopping_ = false;
+  std::exception_ptr failure_;
+  std::thread thread_;
+};
+
+} // namespace shardq
