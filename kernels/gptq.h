@@ -27,8 +27,7 @@ inline constexpr int kGptqRowTile = 64; // rows per tile: fixed, part of the out
 // Buffers of one row tile, allocated once per stage and reused (never in the hot loop).
 struct GptqWorkspace {
   std::vector<float> tile;     // kGptqCols x kGptqRowTile, column-major per tile (X^T)
-  std::vector<float> original; // kGptqRowTile x kGptqCols, the rows before feedback
-  std::vector<float> original_columns; // the same, transposed like `tile` (for the SIMD stats)
+  std::vector<float> original_columns; // the tile before feedback (for the SIMD stats)
   std::vector<float> errors;   // B x kGptqRowTile, E^T of the current lazy block
   std::vector<uint8_t> nibbles; // kGptqCols x kGptqRowTile codes, unpacked
   GptqWorkspace();
@@ -41,13 +40,13 @@ std::vector<float> gptq_factor_fp32(const double* upper);
 // ranks or threads run their own row ranges).
 void gptq_pin_blas_threads();
 
-// Quantizes R rows of 256 (row-major, overwritten with the updated values) to NVFP4 with
+// Quantizes R rows of 256 (row-major, not modified: feedback works on a tile copy) to NVFP4 with
 // GPTQ feedback through U (fp32, from gptq_factor_fp32). block_width B: a multiple of 16
 // that divides 256. packed: R x 128 bytes, scales: R x 16 E4M3 codes. stats: block
 // counters and candidate wins as in quantize_row_nvfp4_ref; error_sq / reference_sq
 // against the ORIGINAL rows, summed as quantize_row_nvfp4_ref sums them (per block
 // sum_block_fp64, blocks in order, rows in order), so splitting rows never changes them.
-void gptq_quantize_rows(float* x, int rows, const float* upper, float global_scale, const ScaleSearch& search,
+void gptq_quantize_rows(const float* x, int rows, const float* upper, float global_scale, const ScaleSearch& search,
                         int block_width, uint8_t* packed, uint8_t* scales, BlockStats& stats,
                         GptqWorkspace& workspace);
 
@@ -72,5 +71,14 @@ void add_weighted_error(const double* gram, const float* original, const float* 
 void add_weighted_error_nvfp4(const double* gram, const float* original, const uint8_t* packed,
                               const uint8_t* scales, float global_scale, int rows, double& error_sq,
                               double& reference_sq);
+
+// The in-block update X[:, j] -= E[:, i] * U[i, j], i = from..to-1, one fused multiply-add
+// per step, on a kGptqRowTile-row column (errors: E^T of the lazy block starting at b0).
+// update_column picks the SIMD path; update_column_portable is its scalar truth (exposed
+// for the bit-for-bit test).
+namespace gptq_detail {
+void update_column(float* column, const float* errors, const float* upper, int b0, int j, int from, int to);
+void update_column_portable(float* column, const float* errors, const float* upper, int b0, int j, int from, int to);
+} // namespace gptq_detail
 
 } // namespace shardq

@@ -54,14 +54,10 @@ void quantize_chunk_piece(const Fp8RowChunk& chunk, const QuantizeParams& params
 
 } // namespace
 
-void quantize_column_rows(float* rows, uint64_t n, int cols, int column, const QuantizeParams& params,
+void quantize_column_rows(const float* rows, uint64_t n, int cols, int column, const QuantizeParams& params,
                           uint8_t* packed, uint8_t* scales, ChunkStats& stats) {
   const int packed_cols = cols / 2, scale_cols = cols / Nvfp4::block;
   const bool gptq = is_gptq(params.method);
-  // The source rows are needed after quantization only for GPTQ (which overwrites them)
-  // and for the weighted error.
-  std::vector<float> original;
-  if (gptq || params.factors) original.assign(rows, rows + n * cols);
   if (gptq) {
     if (!params.factors || cols != kGptqCols) {
       throw StageError(fmt::format("GPTQ needs the layer's factors and rows of {} values", kGptqCols));
@@ -85,8 +81,8 @@ void quantize_column_rows(float* rows, uint64_t n, int cols, int column, const Q
     dequantize_row_nvfp4(packed + r * packed_cols, scales + r * scale_cols, cols, params.global_scale,
                          dequantized.data() + r * cols);
   }
-  if (gptq) add_row_errors(original.data(), dequantized.data(), n, cols, stats);
-  if (params.factors) add_weighted_errors(original.data(), dequantized.data(), n, column, *params.factors, stats);
+  if (gptq) add_row_errors(rows, dequantized.data(), n, cols, stats);
+  if (params.factors) add_weighted_errors(rows, dequantized.data(), n, column, *params.factors, stats);
 }
 
 QuantMethod parse_quant_method(const std::string& name) {

@@ -50,10 +50,10 @@ struct Nvfp4Chunk {
   void resize(uint64_t rows, int cols);
 };
 
-// Rows of one hash column, dequantized (n x cols, row-major; overwritten by GPTQ's
-// feedback), with any method: codes and scales out, exact per-row sums into stats, and
-// the weighted error through H_c whenever params.factors is set (every method).
-void quantize_column_rows(float* rows, uint64_t n, int cols, int column, const QuantizeParams& params,
+// Rows of one hash column, dequantized (n x cols, row-major; read only), with any
+// method: codes and scales out, exact per-row sums into stats, and the weighted error
+// through H_c whenever params.factors is set (every method).
+void quantize_column_rows(const float* rows, uint64_t n, int cols, int column, const QuantizeParams& params,
                           uint8_t* packed, uint8_t* scales, ChunkStats& stats);
 
 // Returns false when `cancel` became true mid-chunk (the chunk is then incomplete and

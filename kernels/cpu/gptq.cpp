@@ -2,8 +2,13 @@
 
 #include <cblas.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstring>
 
 namespace shardq {
@@ -24,14 +29,19 @@ struct GroupScales {
 };
 
 // Loads up to kTile rows into the transposed tile (column c of the tile is contiguous over
-// rows) and keeps the originals; missing rows are zero, so the tile's arithmetic is the same
-// whatever R is.
+// rows) and into original_columns (the same, kept unmodified for the stats); missing rows
+// are zero, so the tile's arithmetic is the same whatever R is.
 void load_tile(const float* x, int rows, GptqWorkspace& ws) {
-  std::fill(ws.original.begin(), ws.original.end(), 0.0f);
-  std::copy(x, x + size_t(rows) * kCols, ws.original.begin());
-  for (int r = 0; r < kTile; ++r)
-    for (int c = 0; c < kCols; ++c) ws.tile[size_t(c) * kTile + r] = ws.original[size_t(r) * kCols + c];
-  ws.original_columns = ws.tile;
+  float* tile = ws.tile.data();
+  float* original = ws.original_columns.data();
+  for (int r = 0; r < kTile; ++r) {
+    const float* row = r < rows ? x + size_t(r) * kCols : nullptr;
+    for (int c = 0; c < kCols; ++c) {
+      const float value = row ? row[c] : 0.0f;
+      tile[size_t(c) * kTile + r] = value;
+      original[size_t(c) * kTile + r] = value;
+    }
+  }
 }
 
 // Group start: the scale of columns j..j+15 of every real row from its current values,
@@ -85,30 +95,66 @@ __attribute__((target_clones("avx2", "default"))) void quantize_column(const flo
   }
 }
 
-// Eight fp32 lanes (GCC vector extension: AVX2 in the avx2 clone, two SSE halves in the
-// default one); aligned(4) so that any float address can be loaded.
-typedef float Float8 __attribute__((vector_size(32), aligned(4)));
 constexpr int kChunk = 64; // rows kept in registers (8 independent sub chains) while the updates stream past
+
+} // namespace
+
+namespace gptq_detail {
 
 // Left-looking in-block update of column j: X[:, j] -= E[:, i] * U[i, j] for i = from..to-1
 // in that order (errors: E^T of the lazy block starting at b0). Called for i = b0..j-1 in
-// ascending pieces, each element sees the same sequence of (x - e * u) roundings as when
+// ascending pieces, each element sees the same sequence of fused x - e * u steps as when
 // every later column is updated right after each column, but the column stays in registers
 // and only the errors are loaded (the right-looking form was bound by its stores).
-__attribute__((target_clones("avx2", "default"))) void update_column_in_block(float* column, const float* errors,
-                                                                              const float* upper, int b0, int j,
-                                                                              int from, int to) {
-  for (int r0 = 0; r0 < kTile; r0 += kChunk) {
-    Float8 x[kChunk / 8];
-    for (int v = 0; v < kChunk / 8; ++v) x[v] = *reinterpret_cast<const Float8*>(column + r0 + 8 * v);
-    for (int i = from; i < to; ++i) {
-      const float u = upper[size_t(i) * kCols + j];
-      const float* e = errors + size_t(i - b0) * kTile + r0;
-      for (int v = 0; v < kChunk / 8; ++v) x[v] -= *reinterpret_cast<const Float8*>(e + 8 * v) * u;
-    }
-    for (int v = 0; v < kChunk / 8; ++v) *reinterpret_cast<Float8*>(column + r0 + 8 * v) = x[v];
+//
+// Every step is one fused multiply-add (a single rounding, IEEE fma): the result is the
+// same bits on any CPU, with or without hardware FMA, and the loop runs at the FMA rate
+// instead of a multiply plus a subtract.
+void update_column_portable(float* column, const float* errors, const float* upper, int b0, int j, int from,
+                            int to) {
+  for (int i = from; i < to; ++i) {
+    const float u = upper[size_t(i) * kCols + j];
+    const float* e = errors + size_t(i - b0) * kTile;
+    for (int r = 0; r < kTile; ++r) column[r] = std::fma(-e[r], u, column[r]);
   }
 }
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void update_column_avx2_fma(float* column, const float* errors,
+                                                                       const float* upper, int b0, int j, int from,
+                                                                       int to) {
+  for (int r0 = 0; r0 < kTile; r0 += kChunk) {
+    __m256 x[kChunk / 8];
+    for (int v = 0; v < kChunk / 8; ++v) x[v] = _mm256_loadu_ps(column + r0 + 8 * v);
+    for (int i = from; i < to; ++i) {
+      const __m256 u = _mm256_set1_ps(upper[size_t(i) * kCols + j]);
+      const float* e = errors + size_t(i - b0) * kTile + r0;
+      for (int v = 0; v < kChunk / 8; ++v) x[v] = _mm256_fnmadd_ps(_mm256_loadu_ps(e + 8 * v), u, x[v]);
+    }
+    for (int v = 0; v < kChunk / 8; ++v) _mm256_storeu_ps(column + r0 + 8 * v, x[v]);
+  }
+}
+#endif
+
+using UpdateColumnFn = void (*)(float*, const float*, const float*, int, int, int, int);
+
+static UpdateColumnFn pick_update_column() {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return update_column_avx2_fma;
+#endif
+  return update_column_portable;
+}
+
+void update_column(float* column, const float* errors, const float* upper, int b0, int j, int from, int to) {
+  static const UpdateColumnFn chosen = pick_update_column();
+  chosen(column, errors, upper, b0, j, from, to);
+}
+
+} // namespace gptq_detail
+
+namespace {
+
+using gptq_detail::update_column;
 
 // X[:, b0+B:] -= E @ U[b0:b0+B, b0+B:], in the transposed tile:
 // tile[b0+B:, :] (M x kTile) -= U[b0:b0+B, b0+B:]^T (M x B) * E^T (B x kTile).
@@ -166,12 +212,12 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
         // The group's scales come from fully updated values: bring its 16 columns up to
         // date with the block's earlier columns first.
         for (int k = j; k < j + kGroup; ++k)
-          update_column_in_block(tile + size_t(k) * kTile, ws.errors.data(), upper, b0, k, b0, j);
+          update_column(tile + size_t(k) * kTile, ws.errors.data(), upper, b0, k, b0, j);
         choose_group_scales(tile, j, rows, global_scale, search, group, scales, stats);
       }
       float* errors = ws.errors.data() + size_t(j - b0) * kTile;
       const float* u_row = upper + size_t(j) * kCols;
-      update_column_in_block(tile + size_t(j) * kTile, ws.errors.data(), upper, b0, j, group_start, j);
+      update_column(tile + size_t(j) * kTile, ws.errors.data(), upper, b0, j, group_start, j);
       quantize_column(tile + size_t(j) * kTile, group, global_scale, u_row[j], nibbles + size_t(j) * kTile, errors);
     }
     update_lazy(tile, ws.errors.data(), upper, b0, width);
@@ -207,7 +253,7 @@ void weighted_error_tile(const double* gram, const float* original, const float*
 } // namespace
 
 GptqWorkspace::GptqWorkspace()
-    : tile(size_t(kCols) * kTile), original(size_t(kTile) * kCols), original_columns(size_t(kCols) * kTile), errors(size_t(kCols) * kTile),
+    : tile(size_t(kCols) * kTile), original_columns(size_t(kCols) * kTile), errors(size_t(kCols) * kTile),
       nibbles(size_t(kCols) * kTile) {}
 
 std::vector<float> gptq_factor_fp32(const double* upper) {
@@ -218,7 +264,7 @@ std::vector<float> gptq_factor_fp32(const double* upper) {
 
 void gptq_pin_blas_threads() { openblas_set_num_threads(1); }
 
-void gptq_quantize_rows(float* x, int rows, const float* upper, float global_scale, const ScaleSearch& search,
+void gptq_quantize_rows(const float* x, int rows, const float* upper, float global_scale, const ScaleSearch& search,
                         int block_width, uint8_t* packed, uint8_t* scales, BlockStats& stats,
                         GptqWorkspace& workspace) {
   assert(block_width >= kGroup && block_width % kGroup == 0 && kCols % block_width == 0);
@@ -227,8 +273,6 @@ void gptq_quantize_rows(float* x, int rows, const float* upper, float global_sca
     load_tile(x + size_t(r0) * kCols, tile_rows, workspace);
     quantize_tile(tile_rows, upper, global_scale, search, block_width, packed + size_t(r0) * (kCols / 2),
                   scales + size_t(r0) * (kCols / kGroup), stats, workspace);
-    for (int r = 0; r < tile_rows; ++r)
-      for (int c = 0; c < kCols; ++c) x[size_t(r0 + r) * kCols + c] = workspace.tile[size_t(c) * kTile + r];
   }
 }
 

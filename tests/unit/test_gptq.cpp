@@ -5,6 +5,7 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -236,6 +237,28 @@ TEST(GptqFactors, DequantizeWkvCeilDivBlocks) {
 }
 
 // ---- kernels ---------------------------------------------------------------------------
+
+// The in-block update's SIMD path is its scalar fma loop, bit for bit, on every piece
+// shape the kernel uses (from..to inside a lazy block), with values of mixed magnitude.
+TEST(GptqKernel, InBlockUpdateSimdEqualsPortable) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> errors(size_t(kN) * kGptqRowTile), upper(size_t(kN) * kN), start(kGptqRowTile);
+  for (auto& e : errors) e = normal(rng) * std::exp2(float(int(rng() % 20) - 10));
+  for (auto& u : upper) u = normal(rng);
+  for (auto& x : start) x = normal(rng) * 100.0f;
+  const int pieces[][4] = {{0, 5, 0, 5}, {0, 127, 112, 127}, {128, 255, 128, 255}, {64, 100, 96, 100}, {0, 16, 0, 0}};
+  for (const auto& [b0, j, from, to] : pieces) {
+    std::vector<float> fast = start, portable = start;
+    gptq_detail::update_column(fast.data(), errors.data(), upper.data(), b0, j, from, to);
+    gptq_detail::update_column_portable(portable.data(), errors.data(), upper.data(), b0, j, from, to);
+    for (int r = 0; r < kGptqRowTile; ++r) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(fast[size_t(r)]), std::bit_cast<uint32_t>(portable[size_t(r)]))
+          << "b0 " << b0 << " j " << j << " rows " << from << ".." << to << " lane " << r;
+    }
+    if (to > from) EXPECT_NE(fast, start) << "the update changed nothing";
+  }
+}
 
 // (a) diagonal H -> U diagonal -> GPTQ == RTN / MSE byte for byte.
 TEST(GptqKernel, DiagonalHessianEqualsRowQuantizer) {
