@@ -182,16 +182,20 @@ void Worker::process(ReadItem& read) {
   }
 }
 
+// Quantize items need every row; amax items only the scales (the stage reads the few rows
+// it needs itself).
 void Worker::read_rows(const WorkItem& item, SourceRows& rows) const {
   const TablePlan& table = plan_.tables[size_t(item.table)];
   const io::Reader& reader = *readers_[table.shard];
   const uint64_t chunk = uint64_t(item.index), first = table.chunk_first_row(chunk), count = table.chunk_rows(chunk);
-  const io::TensorInfo& weight = reader.tensor(table.source_weight);
   const io::TensorInfo& scale = reader.tensor(table.source_scale);
-  rows.codes.resize(count * weight.row_bytes());
   rows.scales.resize(count * scale.row_bytes());
-  reader.read_rows(weight, first, count, rows.codes);
   reader.read_rows(scale, first, count, rows.scales);
+  rows.codes.clear();
+  if (item.kind == WorkKind::amax) return;
+  const io::TensorInfo& weight = reader.tensor(table.source_weight);
+  rows.codes.resize(count * weight.row_bytes());
+  reader.read_rows(weight, first, count, rows.codes);
 }
 
 Fp8RowChunk Worker::chunk_view(const WorkItem& item, const SourceRows& rows) const {
@@ -203,7 +207,14 @@ Fp8RowChunk Worker::chunk_view(const WorkItem& item, const SourceRows& rows) con
 
 void Worker::do_amax(const WorkItem& item, const SourceRows& rows) {
   const auto start = std::chrono::steady_clock::now();
-  const float amax = amax_fp8_chunk(chunk_view(item, rows));
+  const TablePlan& table = plan_.tables[size_t(item.table)];
+  const io::Reader& reader = *readers_[table.shard];
+  const io::TensorInfo& weight = reader.tensor(table.source_weight);
+  const uint64_t first_row = table.chunk_first_row(uint64_t(item.index));
+  const auto read_codes = [&](uint64_t first, uint64_t count, std::span<uint8_t> codes) {
+    reader.read_rows(weight, first_row + first, count, codes);
+  };
+  const float amax = amax_fp8_chunk_from_scales(chunk_view(item, rows), read_codes);
   emit(0, Tag::amax_result, encode(AmaxResult{item.table, item.index, amax, seconds_since(start)}));
 }
 

@@ -21,7 +21,21 @@ bool any_nan_code(std::span<const uint8_t> codes, std::span<const uint8_t> scale
   return E4M3::is_nan(largest_magnitude) || largest_scale == E8M0::nan_code;
 }
 
+[[noreturn]] void throw_nan_scale(const Fp8RowChunk& chunk, uint64_t r, int s) {
+  throw StageError(fmt::format("{}: row {} column {}: E8M0 scale is NaN (0xFF); expected a finite scale",
+                               chunk.scale_tensor.empty() ? chunk.tensor : chunk.scale_tensor, chunk.first_row + r, s));
+}
+
 } // namespace
+
+void check_e8m0_scales(const Fp8RowChunk& chunk) {
+  const int scale_cols = chunk.cols / 32;
+  const auto scales = chunk.scales.first(chunk.rows * uint64_t(scale_cols));
+  const auto nan = std::find(scales.begin(), scales.end(), E8M0::nan_code);
+  if (nan == scales.end()) return;
+  const uint64_t at = uint64_t(nan - scales.begin());
+  throw_nan_scale(chunk, at / scale_cols, int(at % scale_cols));
+}
 
 void check_fp8_chunk(const Fp8RowChunk& chunk) {
   const int scale_cols = chunk.cols / 32;
@@ -33,11 +47,7 @@ void check_fp8_chunk(const Fp8RowChunk& chunk) {
     const uint8_t* codes = chunk.codes.data() + r * chunk.cols;
     const uint8_t* scales = chunk.scales.data() + r * scale_cols;
     for (int s = 0; s < scale_cols; ++s) {
-      if (scales[s] == E8M0::nan_code) {
-        throw StageError(fmt::format("{}: row {} column {}: E8M0 scale is NaN (0xFF); expected a finite scale",
-                                     chunk.scale_tensor.empty() ? chunk.tensor : chunk.scale_tensor,
-                                     chunk.first_row + r, s));
-      }
+      if (scales[s] == E8M0::nan_code) throw_nan_scale(chunk, r, s);
     }
     for (int c = 0; c < chunk.cols; ++c) {
       if (E4M3::is_nan(codes[c])) {

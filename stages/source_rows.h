@@ -21,6 +21,9 @@ struct Fp8RowChunk {
 // or NaN scale (E8M0 0xFF).
 void check_fp8_chunk(const Fp8RowChunk& chunk);
 
+// The scales only (for stages that read them alone): StageError at the first NaN scale.
+void check_e8m0_scales(const Fp8RowChunk& chunk);
+
 // Dequantize row r of the chunk (exact: e4m3 * 2^(e-127)) into out[cols].
 void dequantize_chunk_row(const Fp8RowChunk& chunk, uint64_t r, float* out);
 
