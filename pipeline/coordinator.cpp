@@ -195,11 +195,15 @@ void Coordinator::on_interrupt() {
   link_.send_all(Tag::cancel, encode(int32_t(0)));
 }
 
+// Shards are renamed only once every table of the job is quantized and recorded: rows
+// are checked for NaN codes as they are quantized, so a bad row late in the last table
+// must still leave no file under its final name.
 void Coordinator::finalize_ready_shards() {
+  for (size_t t = 0; t < plan_.tables.size(); ++t)
+    if (!table_complete(t)) return;
   for (size_t s = 0; s < plan_.shards.size(); ++s) {
     const ShardPlan& shard = plan_.shards[s];
     if (!shard.changed || finalizing_.count(s) || is_finished("shard:" + shard.file)) continue;
-    if (!std::all_of(shard.tables.begin(), shard.tables.end(), [&](size_t t) { return table_complete(t); })) continue;
     if (std::filesystem::exists(plan_.dst / shard.file)) { // renamed just before a crash
       mark_finished("shard:" + shard.file);
       continue;
