@@ -736,6 +736,12 @@ void save_checkpoint(const fs::path& path, const CheckpointState& state) {
   fsync_path(parent_folder(path), O_RDONLY | O_DIRECTORY, "folder");
 }
 
+void set_aside_unusable_newest(const fs::path& path) {
+  if (!fs::exists(path)) return;
+  rename_or_throw(path, with_suffix(path, ".corrupt"));
+  fsync_path(parent_folder(path), O_RDONLY | O_DIRECTORY, "folder");
+}
+
 std::optional<LoadResult> load_checkpoint(const fs::path& path) {
   init_hdf5();
   const fs::path prev = with_suffix(path, ".prev");

@@ -84,6 +84,11 @@ struct LoadResult {
   std::string note;       // why it fell back (empty otherwise)
 };
 
+// After load_checkpoint fell back to .prev: renames the unusable newest generation (if
+// any) to PATH.corrupt, so that the next save keeps the good .prev instead of rotating
+// the bad file into its place.
+void set_aside_unusable_newest(const std::filesystem::path& path);
+
 // Writes `state` as the newest generation. At every instant of the save (kill -9
 // included) <path> or <path>.prev holds a complete generation. Throws PipelineError
 // naming the path and the object on any HDF5, fsync or rename failure, and for strings

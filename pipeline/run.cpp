@@ -133,7 +133,10 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   std::filesystem::create_directories(checkpoint_path.parent_path());
   std::optional<LoadResult> loaded;
   if (!args.fresh && !args.force) loaded = load_checkpoint(checkpoint_path);
-  if (loaded && loaded->fell_back) spdlog::warn("{}", loaded->note);
+  if (loaded && loaded->fell_back) {
+    spdlog::warn("{}", loaded->note);
+    set_aside_unusable_newest(checkpoint_path);
+  }
   const std::string mismatch = loaded ? fingerprint_mismatch(loaded->state, plan.fingerprint) : "";
   if (!args.force && output_complete(plan, loaded)) {
     if (!loaded || !mismatch.empty()) {

@@ -52,7 +52,7 @@ rank_pids() {
 rank_pid() {
   local parent=$1 rank=$2 pid
   for pid in $(rank_pids "$parent"); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -x "OMPI_COMM_WORLD_RANK=$rank" >/dev/null; then
       echo "$pid"
       return 0
     fi

@@ -29,8 +29,8 @@ expect_refusal() { # LOG PATTERN...: the run failed and its message holds every 
   echo "refused: $(grep -o 'shardq: error: .*' "$log" | cut -c1-220)"
 }
 
-# Interrupted after some chunks are recorded.
-SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/crash1.log" "${ARGS[@]}" && fail "the crash did not happen"
+# Interrupted after some chunks are recorded (paced: saves come every 0.5 s).
+SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/crash1.log" "${ARGS[@]}" && fail "the crash did not happen"
 (($(done_chunks "$CKPT" | wc -l) > 0)) || fail "no chunk recorded before the crash"
 
 h5dump -H "$CKPT" >"$WORK/h5dump.txt" || fail "h5dump cannot read $CKPT"
@@ -48,18 +48,20 @@ run_shardq 0 "$WORK/source.log" "$JOB" --src "$WORK/src2" --set run.rows_per_chu
 expect_refusal "$WORK/source.log" "another job" "field 'src'" "$WORK/src2"
 rm -rf "$WORK/src2"
 
-# Truncated newest generation: falls back to .prev (and is killed again mid-run).
+# Truncated newest generation: falls back to .prev, sets the bad file aside (so .prev
+# survives the next saves) and is killed again after two saves of its own.
 size=$(stat -c %s "$CKPT")
 truncate -s $((size / 2)) "$CKPT"
-SHARDQ_CRASH_AT=quantize:3 run_shardq 0 "$WORK/truncated.log" "${ARGS[@]}" && fail "the crash did not happen"
+SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:2 run_shardq 0 "$WORK/truncated.log" "${ARGS[@]}" && fail "the crash did not happen"
 grep -q "newest generation unusable.*using the previous one" "$WORK/truncated.log" ||
   fail "no fallback note for a truncated checkpoint: $(tail -3 "$WORK/truncated.log")"
 echo "truncated: $(grep -o 'newest generation unusable.*' "$WORK/truncated.log" | cut -c1-200)"
+[[ -f "$CKPT.corrupt" ]] || fail "the unusable newest generation was not set aside as $CKPT.corrupt"
 
 # Bit-flipped newest generation (in the middle of the file).
 size=$(stat -c %s "$CKPT")
 printf '\xde\xad\xbe\xef\xde\xad\xbe\xef' | dd of="$CKPT" bs=1 seek=$((size / 2)) conv=notrunc status=none
-SHARDQ_CRASH_AT=quantize:3 run_shardq 0 "$WORK/flipped.log" "${ARGS[@]}" && fail "the crash did not happen"
+SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:2 run_shardq 0 "$WORK/flipped.log" "${ARGS[@]}" && fail "the crash did not happen"
 grep -q "newest generation unusable.*using the previous one" "$WORK/flipped.log" ||
   fail "no fallback note for a bit-flipped checkpoint: $(tail -3 "$WORK/flipped.log")"
 echo "flipped: $(grep -o 'newest generation unusable.*' "$WORK/flipped.log" | cut -c1-200)"

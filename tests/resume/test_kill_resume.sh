@@ -34,7 +34,7 @@ ARGS=("$JOB" "${COMMON[@]}" --dst "$DST")
 
 random_between() { echo $((RANDOM % ($2 - $1 + 1) + $1)); }
 random_ranks() { local choices=(0 1 2); echo "${choices[RANDOM % 3]}"; }
-is_finished() { [[ -f "$CKPT" ]] && finished_steps "$CKPT" | grep -qx "$1"; }
+is_finished() { [[ -f "$CKPT" ]] && finished_steps "$CKPT" | grep -x "$1" >/dev/null; }
 shards_left() { [[ ! -f "$CKPT" ]] || [[ $(finished_steps "$CKPT" | grep -c '^shard:') -lt 2 ]]; }
 
 # An event that will surely be passed by the next run, with a random count, following

@@ -47,12 +47,12 @@ ARGS=("$JOB" "${COMMON[@]}" --dst "$DST")
 SHARDQ_CRASH_AT=finalize:1 run_shardq 0 "$WORK/crash.log" "${ARGS[@]}" && fail "the crash did not happen"
 shard0=$(shard_of_table 0)
 [[ -f "$DST/$shard0.partial" ]] || fail "expected $DST/$shard0.partial after a crash at finalization"
-done_chunks "$CKPT" | grep -qx "0 2" || fail "chunk 2 of table 0 is not recorded done"
+done_chunks "$CKPT" | grep -x "0 2" >/dev/null || fail "chunk 2 of table 0 is not recorded done"
 damage "$DST/$shard0.partial" 0 2
 SHARDQ_LOG=debug run_shardq 0 "$WORK/verify1.log" "${ARGS[@]}" --verify-done || fail "resume with --verify-done failed: $(cat "$WORK"/verify*.log | grep -v debug | tail -n 4)"
 grep -q "chunk 2 .*does not match its checksum: recomputing" "$WORK/verify1.log" ||
   fail "the damaged chunk was not reported: $(grep -i 'warn' "$WORK/verify1.log" | head -3)"
-assigned_quantize "$WORK/verify1.log" | grep -qx "0 2" || fail "the damaged chunk was not computed again"
+assigned_quantize "$WORK/verify1.log" | grep -x "0 2" >/dev/null || fail "the damaged chunk was not computed again"
 [[ $(grep -c "does not match its checksum" "$WORK/verify1.log") == 1 ]] || fail "undamaged chunks were reported"
 same_output "$WORK/ref" "$DST"
 
