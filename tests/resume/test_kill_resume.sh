@@ -17,8 +17,9 @@ echo "seed $SEED, method $METHOD"
 
 make_fixture "$WORK/src"
 COMMON=(--src "$WORK/src" --set "quant.method=$METHOD" --set run.rows_per_chunk=256)
-# Every chunk takes 5 ms longer, so kills land in every stage however fast the machine is.
-export SHARDQ_TEST_CHUNK_DELAY_MS=5
+# Every chunk takes 15 ms longer (a run of ~2 s on one rank, several checkpoint saves),
+# so kills land in every stage however fast the machine is.
+export SHARDQ_TEST_CHUNK_DELAY_MS=15
 # During a wall-clock attempt chunks take this long, so the kill always comes before the end.
 WALL_DELAY_MS=40
 
@@ -121,24 +122,29 @@ wall_spec() {
 }
 
 # Stages in order, some twice, with wall-clock kills in between.
-PLAN=(amax amax save quantize wall quantize wall finalize quantize save quantize finalize index config report)
-for stage in "${PLAN[@]}"; do
-  ((COMPLETE)) && break
-  if [[ $stage == wall ]]; then
-    spec=$(wall_spec)
-  else
-    spec=$(pick_crash "$stage")
-  fi
-  [[ -n "$spec" ]] || continue
-  attempt "$spec"
-done
-# Some planned events may have been passed already: more crash points until enough kills.
-while ((!COMPLETE && KILLS < MIN_KILLS)); do
+run_plan() {
+  local stage spec
+  for stage in "$@"; do
+    ((COMPLETE)) && return 0
+    if [[ $stage == wall ]]; then
+      spec=$(wall_spec)
+    else
+      spec=$(pick_crash "$stage")
+    fi
+    [[ -n "$spec" ]] || continue
+    attempt "$spec"
+  done
+}
+run_plan amax amax save quantize wall quantize wall quantize save quantize finalize
+# Some planned events may have been passed already: more crash points until enough kills
+# (the last three stages below add three).
+while ((!COMPLETE && KILLS < MIN_KILLS - 3)); do
   spec=$(pick_crash quantize)
   [[ -n "$spec" ]] || spec=$(pick_crash save)
   [[ -n "$spec" ]] || break
   attempt "$spec"
 done
+run_plan finalize index config report
 while ((!COMPLETE)); do
   attempt "none:0"
 done
