@@ -19,17 +19,20 @@ job=jobs/demo-engram-nvfp4.toml
 checkpoint=out/demo/dsv41-mini-nvfp4-engram/.shardq/checkpoint.h5
 echo "== run on 4 ranks; interrupted (USR1, which mpirun forwards to the ranks) once a few chunks are done"
 set +e
-# The fixture takes seconds: pace the first run (40 ms more per chunk) so there is time to interrupt it.
-SHARDQ_TEST_CHUNK_DELAY_MS=40 mpirun -np 4 "$shardq" run "$job" &
+# The fixture takes seconds: pace the first run (40 ms more per chunk) so there is time to
+# interrupt it, and interrupt once rank 0 has handed out 16 quantize chunks (its debug log).
+first_log=out/demo/first-run.log
+SHARDQ_LOG=debug SHARDQ_TEST_CHUNK_DELAY_MS=40 mpirun -np 4 "$shardq" run "$job" >"$first_log" 2>&1 &
 pid=$!
-until "$shardq" status "$checkpoint" 2>/dev/null | awk '$1 == "total" { split($2, c, "/"); exit !(c[1] >= 6) }'; do
+until [ "$(grep -c 'assign 2 table' "$first_log")" -ge 16 ]; do
   kill -0 "$pid" 2>/dev/null || break
-  sleep 0.2
+  sleep 0.1
 done
 kill -USR1 "$pid" 2>/dev/null
 wait "$pid"
 code=$?
 set -e
+grep -v '\[debug\]' "$first_log"
 echo "== first run exited $code (75 = interrupted, checkpoint saved)"
 "$shardq" status "$checkpoint"
 
