@@ -301,10 +301,11 @@ struct AnisotropicCase {
 // A value sitting on a rounding midpoint rounds one way in fp32 and the other in fp64 (or
 // in another summation order); its row then follows another feedback path, so one flip
 // drags a few more in the same row and moves that row's weighted error. Bounds: codes
-// differ for at most 1e-4 of the elements, weighted error within 1e-4 relative (not 1e-6).
-// Measured over 768,000 elements: strong case (cond 1e6) rtn 0 to 11 codes (B=64: 1.4e-5,
-// 3.6e-5 relative), mse none; mild case (cond 340) rtn none, mse 0 or 26 codes (B=256:
-// 3.4e-5, a scale flip; 4.2e-6 relative).
+// differ for at most 5e-5 of the elements, weighted error within 1e-5 relative (GPTQ.md
+// asks 1e-6; the fp32 kernel cannot promise it: one flipped block among 3000 rows moves
+// the total by ~4e-6). Measured over 768,000 elements (fused in-block updates): strong case
+// (cond 1e6) rtn 0 codes except B=128 2 (2.6e-6, 3.9e-6 relative), mse none; mild case
+// (cond 340) rtn none, mse only B=256 26 codes (3.4e-5, one scale flip, 4.2e-6 relative).
 void expect_widths_agree(const AnisotropicCase& c) {
   const double elements = double(c.rows) * kN;
   for (const auto& search : {kRtn, kMse}) {
@@ -320,10 +321,10 @@ void expect_widths_agree(const AnisotropicCase& c) {
                   "(ref %.9e)\n",
                   search.candidates, width, fraction, double(differing_codes(fast, widest)) / elements, error,
                   ref_error);
-      EXPECT_LE(fraction, 1e-4) << "B=" << width;
-      EXPECT_LE(double(differing_codes(fast, widest)) / elements, 1e-4) << "B=" << width;
-      EXPECT_NEAR(error, widest_error, 1e-4 * widest_error) << "B=" << width;
-      EXPECT_NEAR(error, ref_error, 1e-4 * ref_error) << "B=" << width;
+      EXPECT_LE(fraction, 5e-5) << "B=" << width;
+      EXPECT_LE(double(differing_codes(fast, widest)) / elements, 5e-5) << "B=" << width;
+      EXPECT_NEAR(error, widest_error, 1e-5 * widest_error) << "B=" << width;
+      EXPECT_NEAR(error, ref_error, 1e-5 * ref_error) << "B=" << width;
     }
   }
 }
