@@ -20,8 +20,10 @@
 # Environment:
 #   SHARDQ_BIN     shardq binary (default: <this repo>/build/release/shardq)
 #   HOSTFILE       default for --hostfile (default: slurm/hostfile next to this script)
-#   NP             ranks (default: the number of hosts in the hostfile)
-#   MAP_BY         Open MPI mapping (default ppr:1:node: one rank per Spark)
+#   RANKS_PER_NODE ranks on each Spark (default 1). The CPU backend computes on one
+#                  core per rank: set it to the cores to use (20 on a GB10) for CPU jobs.
+#   NP             ranks (default: hosts in the hostfile x RANKS_PER_NODE)
+#   MAP_BY         Open MPI mapping (default ppr:RANKS_PER_NODE:node)
 #   SPARK_IFNAME   the ConnectX-7 netdev, the SAME name on every node; find it with
 #                  `ibdev2netdev` (an "(Up)" enp1s0f*np* port; default enp1s0f1np1).
 #                  NCCL_SOCKET_IFNAME, UCX_NET_DEVICES, OMPI_MCA_btl_tcp_if_include and
@@ -102,7 +104,7 @@ run_once() {
     [ -n "${!var:-}" ] && exports+=(-x "$var")
   done
   # shellcheck disable=SC2086 # MPIRUN_ARGS is a list of words on purpose
-  setsid mpirun --hostfile "$hostfile" -np "$np" --map-by "${MAP_BY:-ppr:1:node}" --bind-to none \
+  setsid mpirun --hostfile "$hostfile" -np "$np" --map-by "${MAP_BY:-ppr:${RANKS_PER_NODE:-1}:node}" --bind-to none \
     "${exports[@]}" ${MPIRUN_ARGS:-} "$SHARDQ_BIN" run "${run_args[@]}" </dev/null &
   mpirun_pid=$!
   local code
@@ -127,7 +129,7 @@ main() {
   original_args=("$@")
   parse_args "$@"
   [ -r "$hostfile" ] || { log "no hostfile '$hostfile' (copy slurm/hostfile.example)"; exit 2; }
-  np=${NP:-$(hosts_in "$hostfile")}
+  np=${NP:-$(($(hosts_in "$hostfile") * ${RANKS_PER_NODE:-1}))}
   log "$np ranks from $hostfile over $SPARK_IFNAME: $SHARDQ_BIN run ${run_args[*]}"
   trap on_stop INT TERM
 
