@@ -30,6 +30,8 @@ nlohmann::ordered_json parse_json_strict(std::string_view text, const std::strin
     return Json::parse(text.begin(), text.end(), reject_duplicates);
   } catch (const Json::parse_error& e) {
     throw IoError(fmt::format("{}: {} is not valid JSON: {}", label, what, e.what()));
+  } catch (const Json::out_of_range& e) { // a number too large for a double (1e999)
+    throw IoError(fmt::format("{}: {} has a number out of range: {}", label, what, e.what()));
   }
 }
 

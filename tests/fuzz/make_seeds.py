@@ -33,6 +33,8 @@ def main():
                                '"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}}', 2),
         "length_u64_max": shard("{}", 0, length=2**64 - 1),
         "bad_metadata": shard(json.dumps({"__metadata__": {"k": 1}}), 0),
+        # found by the fuzzer: a number past double range threw an unhandled JSON exception
+        "number_out_of_range": shard('{"a":{"dtype":"U8","shape":[999e999999],"data_offsets":[0,1]}}', 1),
     }
     for name, data in seeds.items():
         (CORPUS / name).write_bytes(data)

@@ -276,6 +276,14 @@ TEST(SafetensorsReader, RejectsHeaderThatIsNotJson) {
   expect_rejected(dir / "text.safetensors", "header is not valid JSON");
 }
 
+// Found by the fuzzer: a number beyond double range made the JSON parser throw an
+// exception the reader did not turn into its own error.
+TEST(SafetensorsReader, RejectsNumberOutOfRange) {
+  ScratchDir dir;
+  test::write_safetensors_raw(dir / "huge.safetensors", "{\"a\": {\"dtype\": 999e999999}}", 0);
+  expect_rejected(dir / "huge.safetensors", "header has a number out of range");
+}
+
 TEST(SafetensorsReader, RejectsHeaderThatIsNotAnObject) {
   ScratchDir dir;
   test::write_safetensors_raw(dir / "array.safetensors", "[1, 2]", 0);
