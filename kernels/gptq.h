@@ -46,9 +46,14 @@ void gptq_pin_blas_threads();
 // counters and candidate wins as in quantize_row_nvfp4_ref; error_sq / reference_sq
 // against the ORIGINAL rows, summed as quantize_row_nvfp4_ref sums them (per block
 // sum_block_fp64, blocks in order, rows in order), so splitting rows never changes them.
+// What gptq_quantize_rows adds to stats: the block counters and candidate wins always;
+// error_sq / reference_sq too unless the caller sums errors itself (the pipeline keeps
+// exact per-row sums, so it skips these: ~10% of the kernel's time).
+enum class GptqSums { counters_and_errors, counters_only };
+
 void gptq_quantize_rows(const float* x, int rows, const float* upper, float global_scale, const ScaleSearch& search,
                         int block_width, uint8_t* packed, uint8_t* scales, BlockStats& stats,
-                        GptqWorkspace& workspace);
+                        GptqWorkspace& workspace, GptqSums sums = GptqSums::counters_and_errors);
 
 // The spec: one row at a time in fp64, every later column updated after every column (no
 // lazy batching, no BLAS). x is not modified. Same outputs and stats as above.

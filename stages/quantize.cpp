@@ -65,7 +65,7 @@ void quantize_column_rows(const float* rows, uint64_t n, int cols, int column, c
     thread_local GptqWorkspace workspace;
     BlockStats counters;
     gptq_quantize_rows(rows, int(n), params.factors->upper[size_t(column)].data(), params.global_scale, params.search,
-                       params.gptq_block, packed, scales, counters, workspace);
+                       params.gptq_block, packed, scales, counters, workspace, GptqSums::counters_only);
     stats.add_counters(counters);
   } else {
     for (uint64_t r = 0; r < n; ++r) {

@@ -56,9 +56,11 @@ __attribute__((target_clones("avx2", "default"))) void transpose_into_tile(const
       for (int k = 0; k < 4; ++k) {
         const Float8 low = __builtin_shufflevector(b[k], b[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
         const Float8 high = __builtin_shufflevector(b[k], b[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-        for (float* out : {tile, copy}) {
-          std::memcpy(out + size_t(c0 + k) * kTile + r0, &low, sizeof(Float8));
-          std::memcpy(out + size_t(c0 + k + 4) * kTile + r0, &high, sizeof(Float8));
+        std::memcpy(tile + size_t(c0 + k) * kTile + r0, &low, sizeof(Float8));
+        std::memcpy(tile + size_t(c0 + k + 4) * kTile + r0, &high, sizeof(Float8));
+        if (copy) {
+          std::memcpy(copy + size_t(c0 + k) * kTile + r0, &low, sizeof(Float8));
+          std::memcpy(copy + size_t(c0 + k + 4) * kTile + r0, &high, sizeof(Float8));
         }
       }
     }
@@ -66,10 +68,10 @@ __attribute__((target_clones("avx2", "default"))) void transpose_into_tile(const
 }
 
 // Loads up to kTile rows into the transposed tile (column c of the tile is contiguous over
-// rows) and into original_columns (the same, kept unmodified for the stats); missing rows
-// are zero, so the tile's arithmetic is the same whatever R is.
-void load_tile(const float* x, int rows, GptqWorkspace& ws) {
-  transpose_into_tile(x, rows, ws.tile.data(), ws.original_columns.data());
+// rows) and, for the error sums, into original_columns (kept unmodified); missing rows are
+// zero, so the tile's arithmetic is the same whatever R is.
+void load_tile(const float* x, int rows, GptqSums sums, GptqWorkspace& ws) {
+  transpose_into_tile(x, rows, ws.tile.data(), sums == GptqSums::counters_and_errors ? ws.original_columns.data() : nullptr);
 }
 
 // Group start: the scale of columns j..j+15 of every real row from its current values,
@@ -204,10 +206,18 @@ void add_row_error_stats(const float* original, const uint8_t* nibbles, const ui
   }
 }
 
-// Packs each row's codes and adds its stats; the per-block sums come from the lane kernel
-// (rows as lanes) and are added row by row, blocks in order.
-void store_tile(const GptqWorkspace& ws, const uint8_t* scales, int rows, float global_scale, uint8_t* packed,
-                BlockStats& stats) {
+// Packs each row's codes.
+void pack_tile(const GptqWorkspace& ws, int rows, uint8_t* packed) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < kCols; c += 2)
+      packed[size_t(r) * (kCols / 2) + c / 2] =
+          pack_e2m1x2(ws.nibbles[size_t(c) * kTile + r], ws.nibbles[size_t(c + 1) * kTile + r]);
+}
+
+// Adds the tile's error sums; the per-block sums come from the lane kernel (rows as
+// lanes) and are added row by row, blocks in order.
+void add_tile_error_sums(const GptqWorkspace& ws, const uint8_t* scales, int rows, float global_scale,
+                         BlockStats& stats) {
   constexpr int kGroups = kCols / kGroup;
   double errors[kGroups][kTile], references[kGroups][kTile];
   uint8_t codes[kTile];
@@ -217,19 +227,15 @@ void store_tile(const GptqWorkspace& ws, const uint8_t* scales, int rows, float 
     block_errors_nvfp4_lanes(ws.original_columns.data() + at, ws.nibbles.data() + at, kTile, kTile, codes,
                              global_scale, errors[g], references[g]);
   }
-  for (int r = 0; r < rows; ++r) {
-    for (int c = 0; c < kCols; c += 2)
-      packed[size_t(r) * (kCols / 2) + c / 2] =
-          pack_e2m1x2(ws.nibbles[size_t(c) * kTile + r], ws.nibbles[size_t(c + 1) * kTile + r]);
+  for (int r = 0; r < rows; ++r)
     for (int g = 0; g < kGroups; ++g) {
       stats.error_sq += errors[g][r];
       stats.reference_sq += references[g][r];
     }
-  }
 }
 
 void quantize_tile(int rows, const float* upper, float global_scale, const ScaleSearch& search, int width,
-                   uint8_t* packed, uint8_t* scales, BlockStats& stats, GptqWorkspace& ws) {
+                   GptqSums sums, uint8_t* packed, uint8_t* scales, BlockStats& stats, GptqWorkspace& ws) {
   float* tile = ws.tile.data();
   GroupScales group;
   uint8_t* nibbles = ws.nibbles.data();
@@ -250,7 +256,8 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
     }
     update_lazy(tile, ws.errors.data(), upper, b0, width);
   }
-  store_tile(ws, scales, rows, global_scale, packed, stats);
+  pack_tile(ws, rows, packed);
+  if (sums == GptqSums::counters_and_errors) add_tile_error_sums(ws, scales, rows, global_scale, stats);
 }
 
 double dot(const double* a, const double* b) {
@@ -294,12 +301,12 @@ void gptq_pin_blas_threads() { openblas_set_num_threads(1); }
 
 void gptq_quantize_rows(const float* x, int rows, const float* upper, float global_scale, const ScaleSearch& search,
                         int block_width, uint8_t* packed, uint8_t* scales, BlockStats& stats,
-                        GptqWorkspace& workspace) {
+                        GptqWorkspace& workspace, GptqSums sums) {
   assert(block_width >= kGroup && block_width % kGroup == 0 && kCols % block_width == 0);
   for (int r0 = 0; r0 < rows; r0 += kTile) {
     const int tile_rows = std::min(kTile, rows - r0);
-    load_tile(x + size_t(r0) * kCols, tile_rows, workspace);
-    quantize_tile(tile_rows, upper, global_scale, search, block_width, packed + size_t(r0) * (kCols / 2),
+    load_tile(x + size_t(r0) * kCols, tile_rows, sums, workspace);
+    quantize_tile(tile_rows, upper, global_scale, search, block_width, sums, packed + size_t(r0) * (kCols / 2),
                   scales + size_t(r0) * (kCols / kGroup), stats, workspace);
   }
 }

@@ -3,7 +3,8 @@
 // in the same run with the same BLAS, single thread.
 // Flop count used: 2 * 32,640 flops per row = every column j updates the 255 - j later
 // columns once (sum = 256 * 255 / 2 FMAs, GPTQ.md "Cost": ~33K FMA per row), counting an
-// FMA as 2 flops; the quantization itself and the stats are not counted.
+// FMA as 2 flops; the quantization itself and the stats are not counted. The kernel runs as
+// the quantize stage calls it (GptqSums::counters_only: the stage sums errors per row).
 #include <benchmark/benchmark.h>
 
 #include <cblas.h>
@@ -107,7 +108,7 @@ void BM_gptq(benchmark::State& state) {
   for (auto _ : state) {
     shardq::BlockStats stats;
     shardq::gptq_quantize_rows(x.data(), kRows, upper.data(), global_scale(), search, width, packed.data(),
-                               scales.data(), stats, workspace);
+                               scales.data(), stats, workspace, shardq::GptqSums::counters_only);
     benchmark::DoNotOptimize(stats);
   }
   set_row_counters(state);

@@ -333,6 +333,28 @@ TEST(GptqKernel, LazyWidthsAgreeWithUnbatchedReference) { expect_widths_agree(An
 
 TEST(GptqKernel, LazyWidthsAgreeWithUnbatchedReferenceMild) { expect_widths_agree(AnisotropicCase{3.0f, 1.0f}); }
 
+// Without the error sums (the quantize stage's call) the bytes and the counters are the
+// same and the sums stay untouched.
+TEST(GptqKernel, CountersOnlyGivesSameBytesAndCounters) {
+  const AnisotropicCase c;
+  for (const auto& search : {kRtn, kMse}) {
+    const auto full = run_gptq(c.x, c.rows, c.upper32, c.global, search, 128);
+    Nvfp4Rows lean(c.rows);
+    GptqWorkspace ws;
+    gptq_quantize_rows(c.x.data(), c.rows, c.upper32.data(), c.global, search, 128, lean.packed.data(),
+                       lean.scales.data(), lean.stats, ws, GptqSums::counters_only);
+    EXPECT_EQ(lean.packed, full.packed);
+    EXPECT_EQ(lean.scales, full.scales);
+    EXPECT_EQ(lean.stats.blocks, full.stats.blocks);
+    EXPECT_EQ(lean.stats.zero_blocks, full.stats.zero_blocks);
+    EXPECT_EQ(lean.stats.scale_underflows, full.stats.scale_underflows);
+    EXPECT_EQ(lean.stats.candidate_wins, full.stats.candidate_wins);
+    EXPECT_EQ(lean.stats.error_sq, 0.0);
+    EXPECT_EQ(lean.stats.reference_sq, 0.0);
+    EXPECT_GT(full.stats.error_sq, 0.0);
+  }
+}
+
 // (d) output bytes and stats do not depend on how rows are split into calls.
 TEST(GptqKernel, SameBytesWhateverRowsPerCall) {
   const AnisotropicCase c;
