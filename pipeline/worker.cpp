@@ -191,8 +191,10 @@ void Worker::read_rows(const WorkItem& item, SourceRows& rows) const {
   const io::TensorInfo& scale = reader.tensor(table.source_scale);
   rows.scales.resize(count * scale.row_bytes());
   reader.read_rows(scale, first, count, rows.scales);
-  rows.codes.clear();
-  if (item.kind == WorkKind::amax) return;
+  if (item.kind == WorkKind::amax) {
+    rows.codes.clear(); // the stage reads the codes it needs itself
+    return;
+  }
   const io::TensorInfo& weight = reader.tensor(table.source_weight);
   rows.codes.resize(count * weight.row_bytes());
   reader.read_rows(weight, first, count, rows.codes);
