@@ -4,11 +4,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
-#include <chrono>
 #include <thread>
 
 #include "pipeline/commands.h"
@@ -49,10 +49,6 @@ void crash_point(const char* event) {
   std::lock_guard lock(mutex);
   if (++seen[event] == std::atoi(text.c_str() + colon + 1)) kill(getpid(), SIGKILL);
 }
-
-} // namespace shardq
-
-namespace shardq {
 
 void test_chunk_delay() {
   static const char* delay = std::getenv("SHARDQ_TEST_CHUNK_DELAY_MS");
