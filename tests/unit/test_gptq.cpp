@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/gptq.h"
+#include "nvfp4_test_util.h"
 #include "stages/factors.h"
 #include "stages/stage_error.h"
 
@@ -122,12 +123,7 @@ size_t differing_codes(const Nvfp4Rows& a, const Nvfp4Rows& b) {
 void expect_same_bytes(const Nvfp4Rows& a, const Nvfp4Rows& b) {
   EXPECT_EQ(a.packed, b.packed);
   EXPECT_EQ(a.scales, b.scales);
-  EXPECT_EQ(a.stats.blocks, b.stats.blocks);
-  EXPECT_EQ(a.stats.zero_blocks, b.stats.zero_blocks);
-  EXPECT_EQ(a.stats.scale_underflows, b.stats.scale_underflows);
-  EXPECT_EQ(a.stats.candidate_wins, b.stats.candidate_wins);
-  EXPECT_EQ(a.stats.error_sq, b.stats.error_sq);
-  EXPECT_EQ(a.stats.reference_sq, b.stats.reference_sq);
+  test::expect_same_stats(a.stats, b.stats, "stats");
 }
 
 const ScaleSearch kRtn{};
@@ -256,7 +252,9 @@ TEST(GptqKernel, InBlockUpdateSimdEqualsPortable) {
       ASSERT_EQ(std::bit_cast<uint32_t>(fast[size_t(r)]), std::bit_cast<uint32_t>(portable[size_t(r)]))
           << "b0 " << b0 << " j " << j << " rows " << from << ".." << to << " lane " << r;
     }
-    if (to > from) EXPECT_NE(fast, start) << "the update changed nothing";
+    if (to > from) {
+      EXPECT_NE(fast, start) << "the update changed nothing";
+    }
   }
 }
 
@@ -345,10 +343,7 @@ TEST(GptqKernel, CountersOnlyGivesSameBytesAndCounters) {
                        lean.scales.data(), lean.stats, ws, GptqSums::counters_only);
     EXPECT_EQ(lean.packed, full.packed);
     EXPECT_EQ(lean.scales, full.scales);
-    EXPECT_EQ(lean.stats.blocks, full.stats.blocks);
-    EXPECT_EQ(lean.stats.zero_blocks, full.stats.zero_blocks);
-    EXPECT_EQ(lean.stats.scale_underflows, full.stats.scale_underflows);
-    EXPECT_EQ(lean.stats.candidate_wins, full.stats.candidate_wins);
+    test::expect_same_counters(lean.stats, full.stats, "counters only");
     EXPECT_EQ(lean.stats.error_sq, 0.0);
     EXPECT_EQ(lean.stats.reference_sq, 0.0);
     EXPECT_GT(full.stats.error_sq, 0.0);

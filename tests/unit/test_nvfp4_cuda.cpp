@@ -2,13 +2,12 @@
 // stat), RTN and the MSE search. Skips when built without CUDA or when no device is there.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/nvfp4.h"
+#include "nvfp4_test_util.h"
 
 #ifdef SHARDQ_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -17,6 +16,7 @@
 #endif
 
 using namespace shardq;
+using namespace shardq::test;
 
 namespace {
 
@@ -25,8 +25,6 @@ bool have_device() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
-
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 void expect_cuda_equals_ref(const std::vector<float>& x, int cols, float global, const std::string& what) {
   const int rows = int(x.size()) / cols;
@@ -43,27 +41,8 @@ void expect_cuda_equals_ref(const std::vector<float>& x, int cols, float global,
     ASSERT_EQ(error, nullptr) << where << ": " << error;
     ASSERT_EQ(packed_cuda, packed_ref) << where;
     ASSERT_EQ(scales_cuda, scales_ref) << where;
-    EXPECT_EQ(cuda.blocks, ref.blocks) << where;
-    EXPECT_EQ(cuda.zero_blocks, ref.zero_blocks) << where;
-    EXPECT_EQ(cuda.scale_underflows, ref.scale_underflows) << where;
-    EXPECT_EQ(cuda.candidate_wins, ref.candidate_wins) << where;
-    EXPECT_TRUE(same_bits(cuda.error_sq, ref.error_sq)) << where << ": " << cuda.error_sq << " vs " << ref.error_sq;
-    EXPECT_TRUE(same_bits(cuda.reference_sq, ref.reference_sq)) << where;
+    expect_same_stats(cuda, ref, where);
   }
-}
-
-std::vector<float> random_rows(std::mt19937& rng, size_t count, float spread_exponent) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> exponent(-spread_exponent, spread_exponent);
-  std::vector<float> out(count);
-  for (float& v : out) v = normal(rng) * std::exp2(exponent(rng));
-  return out;
-}
-
-float amax_of(const std::vector<float>& x) {
-  float amax = 0.0f;
-  for (float v : x) amax = std::max(amax, std::fabs(v));
-  return amax;
 }
 #endif
 
@@ -76,10 +55,10 @@ TEST(Nvfp4Cuda, RowsEqualRef) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(29);
   for (float spread : {1.0f, 3.0f, 60.0f}) {
-    const auto x = random_rows(rng, size_t(300) * 256, spread);
+    const auto x = random_values(rng, size_t(300) * 256, spread);
     expect_cuda_equals_ref(x, 256, Nvfp4::global_scale(amax_of(x)), "random, spread " + std::to_string(spread));
   }
-  const auto wide = random_rows(rng, size_t(3) * 7168, 3.0f);
+  const auto wide = random_values(rng, size_t(3) * 7168, 3.0f);
   expect_cuda_equals_ref(wide, 7168, 1e-30f, "scales clamped at 448");
 #endif
 }
@@ -90,7 +69,7 @@ TEST(Nvfp4Cuda, ZeroTinyAndTieBlocksEqualRef) {
 #else
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(31);
-  auto x = random_rows(rng, 512, 2.0f);
+  auto x = random_values(rng, 512, 2.0f);
   for (size_t i = 0; i < 16; ++i) x[i] = (i % 2) ? -0.0f : 0.0f; // a zero block
   for (size_t i = 256; i < 512; ++i) x[i] *= 1e-7f;              // scale underflows
   x[300] = 0x1p-149f;

@@ -3,21 +3,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "hwy/targets.h"
 #include "kernels/nvfp4.h"
+#include "nvfp4_test_util.h"
 
 using namespace shardq;
+using namespace shardq::test;
 
 namespace {
 
 const ScaleSearch kSearches[] = {ScaleSearch{1}, ScaleSearch{8, 0.75}};
-
-bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 void expect_simd_equals_ref(const std::vector<float>& row, float global, const std::string& what) {
   const int cols = int(row.size());
@@ -30,27 +29,8 @@ void expect_simd_equals_ref(const std::vector<float>& row, float global, const s
     const std::string where = what + ", candidates " + std::to_string(search.candidates);
     ASSERT_EQ(packed_simd, packed_ref) << where;
     ASSERT_EQ(scales_simd, scales_ref) << where;
-    EXPECT_EQ(simd.blocks, ref.blocks) << where;
-    EXPECT_EQ(simd.zero_blocks, ref.zero_blocks) << where;
-    EXPECT_EQ(simd.scale_underflows, ref.scale_underflows) << where;
-    EXPECT_EQ(simd.candidate_wins, ref.candidate_wins) << where;
-    EXPECT_TRUE(same_bits(simd.error_sq, ref.error_sq)) << where << ": " << simd.error_sq << " vs " << ref.error_sq;
-    EXPECT_TRUE(same_bits(simd.reference_sq, ref.reference_sq)) << where;
+    expect_same_stats(simd, ref, where);
   }
-}
-
-std::vector<float> random_row(std::mt19937& rng, int cols, float spread_exponent) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> exponent(-spread_exponent, spread_exponent);
-  std::vector<float> row(cols);
-  for (float& v : row) v = normal(rng) * std::exp2(exponent(rng));
-  return row;
-}
-
-float amax_of(const std::vector<float>& row) {
-  float amax = 0.0f;
-  for (float v : row) amax = std::max(amax, std::fabs(v));
-  return amax;
 }
 
 // Blocks whose quotients x / (s * global) land exactly on every E2M1 midpoint and code,
@@ -84,7 +64,7 @@ TEST(Nvfp4Simd, RandomRowsEqualRef) {
   for_each_target([](const std::string& on) {
     std::mt19937 rng(7);
     for (int cols : {16, 32, 256, 1024, 7168}) {
-      const auto row = random_row(rng, cols, 3.0f);
+      const auto row = random_values(rng, size_t(cols), 3.0f);
       expect_simd_equals_ref(row, Nvfp4::global_scale(amax_of(row)), "random" + on);
     }
   });
@@ -104,7 +84,7 @@ TEST(Nvfp4Simd, ZerosAndNegativeZerosEqualRef) {
 TEST(Nvfp4Simd, TinyBlocksWithScaleUnderflowEqualRef) {
   for_each_target([](const std::string& on) {
     std::mt19937 rng(11);
-    auto row = random_row(rng, 512, 2.0f);
+    auto row = random_values(rng, 512, 2.0f);
     for (size_t i = 256; i < row.size(); ++i) row[i] *= 1e-7f; // blocks far below 2^-9 * 6 * global
     row[300] = 0x1p-149f;
     const float global = Nvfp4::global_scale(amax_of(row));
@@ -118,7 +98,7 @@ TEST(Nvfp4Simd, TinyBlocksWithScaleUnderflowEqualRef) {
 TEST(Nvfp4Simd, HugeDynamicRangeEqualRef) {
   for_each_target([](const std::string& on) {
     std::mt19937 rng(13);
-    const auto row = random_row(rng, 2048, 60.0f);
+    const auto row = random_values(rng, 2048, 60.0f);
     expect_simd_equals_ref(row, Nvfp4::global_scale(amax_of(row)), "huge range" + on);
     expect_simd_equals_ref(row, 1e-30f, "scales clamped at 448" + on);
   });
@@ -133,8 +113,6 @@ TEST(Nvfp4Simd, ExactTiesAtEveryE2M1MidpointEqualRef) {
 }
 
 namespace {
-
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 // Lane-wise blocks (element e of block l at columns[e * lanes + l]) from row-wise ones.
 std::vector<float> lane_layout(const std::vector<float>& blocks, int lanes) {
@@ -178,7 +156,7 @@ TEST(Nvfp4SimdLanes, RandomTilesEqualScalarChooser) {
   for_each_target([](const std::string& on) {
     std::mt19937 rng(17);
     for (float spread : {1.0f, 3.0f, 40.0f}) {
-      const auto blocks = random_row(rng, 64 * Nvfp4::block, spread);
+      const auto blocks = random_values(rng, size_t(64 * Nvfp4::block), spread);
       const float global = Nvfp4::global_scale(amax_of(blocks));
       expect_lanes_equal_scalar(blocks, 64, global, "random tile" + on);
       expect_lanes_equal_scalar(blocks, 37, global, "random tile, 37 rows counted" + on);
@@ -190,7 +168,7 @@ TEST(Nvfp4SimdLanes, RandomTilesEqualScalarChooser) {
 TEST(Nvfp4SimdLanes, ZeroTinyAndTieBlocksEqualScalarChooser) {
   for_each_target([](const std::string& on) {
     std::mt19937 rng(19);
-    auto blocks = random_row(rng, 16 * Nvfp4::block, 2.0f);
+    auto blocks = random_values(rng, size_t(16 * Nvfp4::block), 2.0f);
     for (int e = 0; e < Nvfp4::block; ++e) blocks[size_t(3) * 16 + e] = (e % 2) ? -0.0f : 0.0f; // a zero block
     for (int e = 0; e < Nvfp4::block; ++e) blocks[size_t(5) * 16 + e] *= 1e-9f;                 // underflows
     blocks[size_t(6) * 16 + 4] = 0x1p-149f;
@@ -225,7 +203,7 @@ TEST(Nvfp4SimdLanes, BlockErrorsEqualScalar) {
   for_each_target([](const std::string& on) {
     std::mt19937 rng(23);
     constexpr int lanes = 32;
-    auto blocks = random_row(rng, lanes * Nvfp4::block, 3.0f);
+    auto blocks = random_values(rng, size_t(lanes * Nvfp4::block), 3.0f);
     for (int e = 0; e < Nvfp4::block; ++e) blocks[size_t(2) * 16 + e] = 0.0f; // a zero block
     const float global = Nvfp4::global_scale(amax_of(blocks));
     std::vector<uint8_t> codes(lanes), nibbles(blocks.size()), nibble_columns(blocks.size());
