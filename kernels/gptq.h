@@ -1,17 +1,16 @@
 // GPTQ error feedback for NVFP4 rows of one Engram hash column (GPTQ.md "Quantizing a
 // batch of rows"): lazy blocks of B columns, per-16 scale chosen on fully updated values at
-// each group start (choose_and_quantize_block_nvfp4), one BLAS GEMM per lazy block.
+// each group start (choose_and_quantize_block_nvfp4), one lazy-batch product per block.
 //
-// Precision: the fast kernel works in fp32 (X, U, the in-block updates and the GEMM,
-// cblas_sgemm); the factor is computed in fp64 and rounded once to fp32 by
-// gptq_factor_fp32. The unbatched reference works in fp64 throughout.
-//
-// Determinism: rows are processed in fixed tiles of kGptqRowTile rows; the last tile is
-// padded with zero rows, so every GEMM is called with the same (M, N, K) whatever R is,
-// and a row's arithmetic never depends on its neighbours or on R. The caller must keep
-// OpenBLAS single-threaded (gptq_pin_blas_threads) and use the same BLAS build and CPU
-// kernel on every rank (OpenBLAS DYNAMIC_ARCH picks kernels by CPU: set
-// OPENBLAS_CORETYPE on a mixed cluster).
+// Precision and determinism: the fast kernel works in fp32 (X, U, the error feedback); the
+// factor is computed in fp64 and rounded once to fp32 by gptq_factor_fp32. Every update of
+// an element is one fused multiply-add, and each element receives its updates in ascending
+// column order whether they come from the in-block loop or from the lazy-batch product
+// (a register-blocked product whose accumulators start from X, not a BLAS GEMM, whose
+// summation order is its own). So the output is the same bits for every lazy width B, every
+// row split and every CPU, and equals the unbatched fp32 reference gptq_quantize_rows_ref
+// exactly (tested); a CUDA port can be held to the same bits. The fp64 reference measures
+// what fp32 costs (tests state it: a few codes in 10^5 near rounding midpoints).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +21,7 @@
 namespace shardq {
 
 inline constexpr int kGptqCols = 256;   // values per Engram row
-inline constexpr int kGptqRowTile = 64; // rows per tile: fixed, part of the output's definition
+inline constexpr int kGptqRowTile = 64; // rows per tile (rows are independent: a speed choice)
 
 // Buffers of one row tile, allocated once per stage and reused (never in the hot loop).
 struct GptqWorkspace {
@@ -36,8 +35,8 @@ struct GptqWorkspace {
 // U (256x256 row-major, upper triangular, fp64) rounded once to fp32 for the fast kernel.
 std::vector<float> gptq_factor_fp32(const double* upper);
 
-// Sets OpenBLAS to one thread (call once per process before gptq_quantize_rows when
-// ranks or threads run their own row ranges).
+// Sets OpenBLAS to one thread (call once per process when ranks or threads run their own
+// row ranges): the weighted error's fp64 GEMM runs inside a rank's compute thread.
 void gptq_pin_blas_threads();
 
 // Quantizes R rows of 256 (row-major, not modified: feedback works on a tile copy) to NVFP4 with
@@ -55,8 +54,12 @@ void gptq_quantize_rows(const float* x, int rows, const float* upper, float glob
                         int block_width, uint8_t* packed, uint8_t* scales, BlockStats& stats,
                         GptqWorkspace& workspace, GptqSums sums = GptqSums::counters_and_errors);
 
-// The spec: one row at a time in fp64, every later column updated after every column (no
-// lazy batching, no BLAS). x is not modified. Same outputs and stats as above.
+// The spec, unbatched: one row at a time, every later column updated right after every
+// column with one fused multiply-add. x is not modified. With the fp32 factor this is the
+// truth gptq_quantize_rows equals bit for bit (outputs and stats); with the fp64 factor it
+// runs in fp64 throughout (the accuracy yardstick).
+void gptq_quantize_rows_ref(const float* x, int rows, const float* upper, float global_scale,
+                            const ScaleSearch& search, uint8_t* packed, uint8_t* scales, BlockStats& stats);
 void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float global_scale,
                             const ScaleSearch& search, uint8_t* packed, uint8_t* scales, BlockStats& stats);
 
@@ -77,13 +80,19 @@ void add_weighted_error_nvfp4(const double* gram, const float* original, const u
                               const uint8_t* scales, float global_scale, int rows, double& error_sq,
                               double& reference_sq);
 
-// The in-block update X[:, j] -= E[:, i] * U[i, j], i = from..to-1, one fused multiply-add
-// per step, on a kGptqRowTile-row column (errors: E^T of the lazy block starting at b0).
-// update_column picks the SIMD path; update_column_portable is its scalar truth (exposed
-// for the bit-for-bit test).
+// The feedback updates, one fused multiply-add per step, on the transposed tile (column k
+// of the tile: kGptqRowTile rows; errors: E^T of the lazy block starting at b0):
+// update_column: X[:, j] -= E[:, i] * U[i, j] for i = from..to-1, in that order;
+// update_columns: the same for every column k_begin..k_end-1 (the lazy-batch product).
+// Each picks the SIMD path; the *_portable versions are their scalar truth (exposed for the
+// bit-for-bit tests).
 namespace gptq_detail {
 void update_column(float* column, const float* errors, const float* upper, int b0, int j, int from, int to);
 void update_column_portable(float* column, const float* errors, const float* upper, int b0, int j, int from, int to);
+void update_columns(float* tile, const float* errors, const float* upper, int b0, int k_begin, int k_end, int from,
+                    int to);
+void update_columns_portable(float* tile, const float* errors, const float* upper, int b0, int k_begin, int k_end,
+                             int from, int to);
 } // namespace gptq_detail
 
 } // namespace shardq

@@ -1,6 +1,6 @@
 #include "kernels/gptq.h"
 
-#include <cblas.h>
+#include <cblas.h> // the weighted error's fp64 GEMM
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -166,35 +166,75 @@ __attribute__((target("avx2,fma"))) static void update_column_avx2_fma(float* co
 }
 #endif
 
-using UpdateColumnFn = void (*)(float*, const float*, const float*, int, int, int, int);
-
-static UpdateColumnFn pick_update_column() {
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return update_column_avx2_fma;
-#endif
-  return update_column_portable;
+void update_columns_portable(float* tile, const float* errors, const float* upper, int b0, int k_begin, int k_end,
+                             int from, int to) {
+  for (int k = k_begin; k < k_end; ++k) update_column_portable(tile + size_t(k) * kTile, errors, upper, b0, k, from, to);
 }
+
+#if defined(__x86_64__)
+// Three columns x 32 rows per step: 12 accumulators share each error load (4 loads and 3
+// broadcasts per 12 fused steps, so the loop runs at the FMA rate, not the load rate).
+// Each element still sees its own ascending chain of fused steps: same bits as above.
+__attribute__((target("avx2,fma"))) static void update_columns_avx2_fma(float* tile, const float* errors,
+                                                                        const float* upper, int b0, int k_begin,
+                                                                        int k_end, int from, int to) {
+  constexpr int kColumns = 3, kVectors = 4;
+  const int k_split = k_end - (k_end - k_begin) % kColumns;
+  // Row halves outermost: one half's errors (B x 32 floats) stay in L1 across all columns.
+  for (int r0 = 0; r0 < kTile; r0 += 8 * kVectors) {
+    for (int k = k_begin; k < k_split; k += kColumns) {
+      __m256 x[kColumns][kVectors];
+      for (int c = 0; c < kColumns; ++c)
+        for (int v = 0; v < kVectors; ++v) x[c][v] = _mm256_loadu_ps(tile + size_t(k + c) * kTile + r0 + 8 * v);
+      for (int i = from; i < to; ++i) {
+        const float* u_row = upper + size_t(i) * kCols + k;
+        const __m256 u0 = _mm256_set1_ps(u_row[0]), u1 = _mm256_set1_ps(u_row[1]), u2 = _mm256_set1_ps(u_row[2]);
+        const float* e = errors + size_t(i - b0) * kTile + r0;
+        for (int v = 0; v < kVectors; ++v) {
+          const __m256 ev = _mm256_loadu_ps(e + 8 * v);
+          x[0][v] = _mm256_fnmadd_ps(ev, u0, x[0][v]);
+          x[1][v] = _mm256_fnmadd_ps(ev, u1, x[1][v]);
+          x[2][v] = _mm256_fnmadd_ps(ev, u2, x[2][v]);
+        }
+      }
+      for (int c = 0; c < kColumns; ++c)
+        for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(tile + size_t(k + c) * kTile + r0 + 8 * v, x[c][v]);
+    }
+  }
+  for (int k = k_split; k < k_end; ++k) update_column_avx2_fma(tile + size_t(k) * kTile, errors, upper, b0, k, from, to);
+}
+#endif
+
+#if defined(__x86_64__)
+static bool have_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
 void update_column(float* column, const float* errors, const float* upper, int b0, int j, int from, int to) {
-  static const UpdateColumnFn chosen = pick_update_column();
+  static const auto chosen = have_avx2_fma() ? update_column_avx2_fma : update_column_portable;
   chosen(column, errors, upper, b0, j, from, to);
 }
+
+void update_columns(float* tile, const float* errors, const float* upper, int b0, int k_begin, int k_end, int from,
+                    int to) {
+  static const auto chosen = have_avx2_fma() ? update_columns_avx2_fma : update_columns_portable;
+  chosen(tile, errors, upper, b0, k_begin, k_end, from, to);
+}
+#else
+void update_column(float* column, const float* errors, const float* upper, int b0, int j, int from, int to) {
+  update_column_portable(column, errors, upper, b0, j, from, to);
+}
+
+void update_columns(float* tile, const float* errors, const float* upper, int b0, int k_begin, int k_end, int from,
+                    int to) {
+  update_columns_portable(tile, errors, upper, b0, k_begin, k_end, from, to);
+}
+#endif
 
 } // namespace gptq_detail
 
 namespace {
 
 using gptq_detail::update_column;
-
-// X[:, b0+B:] -= E @ U[b0:b0+B, b0+B:], in the transposed tile:
-// tile[b0+B:, :] (M x kTile) -= U[b0:b0+B, b0+B:]^T (M x B) * E^T (B x kTile).
-void update_lazy(float* tile, const float* errors, const float* upper, int b0, int width) {
-  const int rest = b0 + width;
-  const int m = kCols - rest;
-  if (m == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, kTile, width, -1.0f, upper + size_t(b0) * kCols + rest,
-              kCols, errors, kTile, 1.0f, tile + size_t(rest) * kTile, kTile);
-}
+using gptq_detail::update_columns;
 
 // Stats against the ORIGINAL rows, in the order quantize_row_nvfp4_ref uses: per block,
 // block_error_nvfp4 and block_reference_nvfp4 (fixed pairwise sums), blocks in order.
@@ -245,8 +285,7 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
       if (j == group_start) {
         // The group's scales come from fully updated values: bring its 16 columns up to
         // date with the block's earlier columns first.
-        for (int k = j; k < j + kGroup; ++k)
-          update_column(tile + size_t(k) * kTile, ws.errors.data(), upper, b0, k, b0, j);
+        update_columns(tile, ws.errors.data(), upper, b0, j, j + kGroup, b0, j);
         choose_group_scales(tile, j, rows, global_scale, search, group, scales, stats);
       }
       float* errors = ws.errors.data() + size_t(j - b0) * kTile;
@@ -254,7 +293,9 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
       update_column(tile + size_t(j) * kTile, ws.errors.data(), upper, b0, j, group_start, j);
       quantize_column(tile + size_t(j) * kTile, group, global_scale, u_row[j], nibbles + size_t(j) * kTile, errors);
     }
-    update_lazy(tile, ws.errors.data(), upper, b0, width);
+    // The lazy-batch update X[:, b0+B:] -= E @ U[b0:b0+B, b0+B:] as a register-blocked
+    // product whose accumulators start from X: every element's chain stays ascending.
+    update_columns(tile, ws.errors.data(), upper, b0, b0 + width, kCols, b0, b0 + width);
   }
   pack_tile(ws, rows, packed);
   if (sums == GptqSums::counters_and_errors) add_tile_error_sums(ws, scales, rows, global_scale, stats);
@@ -311,9 +352,14 @@ void gptq_quantize_rows(const float* x, int rows, const float* upper, float glob
   }
 }
 
-void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float global_scale,
-                            const ScaleSearch& search, uint8_t* packed, uint8_t* scales, BlockStats& stats) {
-  double w[kCols];
+namespace {
+
+// One row at a time, every later column updated right after each column with one fused
+// step (w[k] = fma(-e, U[j, k], w[k])), in Real arithmetic.
+template <class Real>
+void quantize_rows_unbatched(const float* x, int rows, const Real* upper, float global_scale,
+                             const ScaleSearch& search, uint8_t* packed, uint8_t* scales, BlockStats& stats) {
+  Real w[kCols];
   float block[kGroup];
   uint8_t nibbles[kCols];
   for (int r = 0; r < rows; ++r) {
@@ -329,12 +375,24 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
       }
       const float divisor = e4m3_to_float(code) * global_scale;
       nibbles[j] = e2m1_from_float(float(w[j]) / divisor);
-      const double e = (w[j] - double(dequantize_nvfp4(nibbles[j], code, global_scale))) / upper[size_t(j) * kCols + j];
-      for (int k = j + 1; k < kCols; ++k) w[k] -= e * upper[size_t(j) * kCols + k];
+      const Real e = (w[j] - Real(dequantize_nvfp4(nibbles[j], code, global_scale))) / upper[size_t(j) * kCols + j];
+      for (int k = j + 1; k < kCols; ++k) w[k] = std::fma(-e, upper[size_t(j) * kCols + k], w[k]);
     }
     for (int c = 0; c < kCols; c += 2) packed[size_t(r) * (kCols / 2) + c / 2] = pack_e2m1x2(nibbles[c], nibbles[c + 1]);
     add_row_error_stats(row, nibbles, row_scales, global_scale, stats);
   }
+}
+
+} // namespace
+
+void gptq_quantize_rows_ref(const float* x, int rows, const float* upper, float global_scale,
+                            const ScaleSearch& search, uint8_t* packed, uint8_t* scales, BlockStats& stats) {
+  quantize_rows_unbatched(x, rows, upper, global_scale, search, packed, scales, stats);
+}
+
+void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float global_scale,
+                            const ScaleSearch& search, uint8_t* packed, uint8_t* scales, BlockStats& stats) {
+  quantize_rows_unbatched(x, rows, upper, global_scale, search, packed, scales, stats);
 }
 
 void weighted_error_rows(const double* gram, const float* original, const float* dequantized, int rows,
