@@ -66,8 +66,10 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
 // Weighted error through the undamped Gram H (256x256, fp64): adds sum_r e_r^T H e_r to
 // error_sq and sum_r x_r^T H x_r to reference_sq, e_r = deq_r - x_r, all in fp64, rows in
 // order (weighted_rel_error = error_sq / reference_sq = sum ||W_c e||^2 / sum ||W_c x||^2).
-// Computed per kGptqRowTile rows as one fp64 GEMM of fixed shape ([E; X] H), so the result
-// does not depend on how rows are split either (~131K fp64 FMA per row: BLAS speed).
+// Computed per kGptqRowTile rows as one fp64 triangular product of fixed shape ([E; X] H',
+// H' = upper triangle of H, diagonal halved: v^T H v = 2 v^T H' v), so the result does not
+// depend on how rows are split either (~66K fp64 FMA per row at BLAS speed; the weighted
+// error is most of a gptq-mse run's arithmetic).
 // Per row: row_error[r] = e_r^T H e_r, row_reference[r] = x_r^T H x_r (fp64, fixed tiles).
 void weighted_error_rows(const double* gram, const float* original, const float* dequantized, int rows,
                          double* row_error, double* row_reference);

@@ -301,28 +301,44 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
   if (sums == GptqSums::counters_and_errors) add_tile_error_sums(ws, scales, rows, global_scale, stats);
 }
 
-double dot(const double* a, const double* b) {
-  double total = 0.0;
-  for (int k = 0; k < kCols; ++k) total += a[k] * b[k];
-  return total;
+// H' = the upper triangle of H with its diagonal halved: v^T H v = 2 v^T H' v, so the
+// quadratic forms need a triangular product (half the multiply-adds of a full GEMM).
+std::vector<double> half_upper_gram(const double* gram) {
+  std::vector<double> half(size_t(kCols) * kCols, 0.0);
+  for (int i = 0; i < kCols; ++i) {
+    half[size_t(i) * kCols + i] = 0.5 * gram[size_t(i) * kCols + i];
+    for (int j = i + 1; j < kCols; ++j) half[size_t(i) * kCols + j] = gram[size_t(i) * kCols + j];
+  }
+  return half;
 }
 
-// One tile of up to kTile rows: [E; X] (2 kTile x 256, zero-padded, fp64) times H by one
-// dgemm of fixed shape, then each row's quadratic form.
-void weighted_error_tile(const double* gram, const float* original, const float* dequantized, int rows,
-                         double* stacked, double* product, double* row_error, double* row_reference) {
-  std::fill(stacked, stacked + size_t(2) * kTile * kCols, 0.0);
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < kCols; ++c) {
-      const double x = double(original[size_t(r) * kCols + c]);
-      stacked[size_t(r) * kCols + c] = double(dequantized[size_t(r) * kCols + c]) - x;
-      stacked[size_t(kTile + r) * kCols + c] = x;
-    }
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 2 * kTile, kCols, kCols, 1.0, stacked, kCols, gram, kCols,
-              0.0, product, kCols);
+// Row r's error (dequantized - original) and its original row, widened to fp64 (exact).
+inline double error_at(const float* original, const float* dequantized, size_t i) {
+  return double(dequantized[i]) - double(original[i]);
+}
+
+// One tile of up to kTile rows: [E; X] (2 kTile x 256, zero-padded, fp64) times H' in place
+// by one dtrmm of fixed shape, then each row's 2 v . (v H') with v widened again from the
+// fp32 inputs (no second copy of the tile: the tile is bigger than L2's share).
+void weighted_error_tile(const double* half_gram, const float* original, const float* dequantized, int rows,
+                         double* product, double* row_error, double* row_reference) {
+  std::fill(product + size_t(rows) * kCols, product + size_t(kTile) * kCols, 0.0);
+  std::fill(product + size_t(kTile + rows) * kCols, product + size_t(2) * kTile * kCols, 0.0);
+  for (size_t i = 0; i < size_t(rows) * kCols; ++i) {
+    product[i] = error_at(original, dequantized, i);
+    product[size_t(kTile) * kCols + i] = double(original[i]);
+  }
+  cblas_dtrmm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, 2 * kTile, kCols, 1.0, half_gram,
+              kCols, product, kCols);
   for (int r = 0; r < rows; ++r) {
-    row_error[r] = dot(stacked + size_t(r) * kCols, product + size_t(r) * kCols);
-    row_reference[r] = dot(stacked + size_t(kTile + r) * kCols, product + size_t(kTile + r) * kCols);
+    const size_t at = size_t(r) * kCols;
+    double error = 0.0, reference = 0.0;
+    for (int c = 0; c < kCols; ++c) {
+      error += error_at(original, dequantized, at + c) * product[at + c];
+      reference += double(original[at + c]) * product[size_t(kTile) * kCols + at + c];
+    }
+    row_error[r] = 2.0 * error;
+    row_reference[r] = 2.0 * reference;
   }
 }
 
@@ -397,10 +413,11 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
 
 void weighted_error_rows(const double* gram, const float* original, const float* dequantized, int rows,
                          double* row_error, double* row_reference) {
-  thread_local std::vector<double> stacked(size_t(2) * kTile * kCols), product(size_t(2) * kTile * kCols);
+  thread_local std::vector<double> product(size_t(2) * kTile * kCols);
+  const std::vector<double> half_gram = half_upper_gram(gram);
   for (int r0 = 0; r0 < rows; r0 += kTile)
-    weighted_error_tile(gram, original + size_t(r0) * kCols, dequantized + size_t(r0) * kCols,
-                        std::min(kTile, rows - r0), stacked.data(), product.data(), row_error + r0, row_reference + r0);
+    weighted_error_tile(half_gram.data(), original + size_t(r0) * kCols, dequantized + size_t(r0) * kCols,
+                        std::min(kTile, rows - r0), product.data(), row_error + r0, row_reference + r0);
 }
 
 void add_weighted_error(const double* gram, const float* original, const float* dequantized, int rows,

@@ -116,10 +116,15 @@ void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const 
 }
 
 void dequantize_row_nvfp4(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out) {
-  for (int i = 0; i < cols; ++i) {
-    const uint8_t byte = packed[i / 2];
-    const uint8_t nibble = (i & 1) ? uint8_t(byte >> 4) : uint8_t(byte & 0xF);
-    out[i] = dequantize_nvfp4(nibble, scales[i / Nvfp4::block], global_scale);
+  for (int b = 0; b < cols / Nvfp4::block; ++b) {
+    float values[16]; // the block's 16 possible values, each exactly dequantize_nvfp4's
+    for (int nibble = 0; nibble < 16; ++nibble) values[nibble] = dequantize_nvfp4(uint8_t(nibble), scales[b], global_scale);
+    const uint8_t* bytes = packed + b * (Nvfp4::block / 2);
+    float* block = out + b * Nvfp4::block;
+    for (int i = 0; i < Nvfp4::block / 2; ++i) {
+      block[2 * i] = values[bytes[i] & 0xF];
+      block[2 * i + 1] = values[bytes[i] >> 4];
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -86,6 +87,29 @@ TEST(Nvfp4Ref, HandWorkedRowBytes) {
   EXPECT_EQ(deq[23], -1.5f);         // -2.75 -> -3 times 0.5
   EXPECT_EQ(deq[32], 1.125f);        // 6 * 0.1875
   EXPECT_EQ(deq[33], -0.5625f);      // -3 * 0.1875
+}
+
+// The row dequantizer (a 16-value table per block) gives dequantize_nvfp4's bits for every
+// nibble under every finite scale code, both nibble positions, at two global scales.
+TEST(Nvfp4Ref, RowDequantizeEqualsElementFormula) {
+  for (const float global : {1.0f, 3.7e-5f}) {
+    for (int code = 0; code < 256; ++code) {
+      if ((code & 0x7F) == 0x7F) continue; // E4M3 NaN: never written as a scale
+      std::vector<uint8_t> packed(8), scales = {uint8_t(code)};
+      for (int i = 0; i < 8; ++i) packed[size_t(i)] = uint8_t((2 * i) | ((2 * i + 1) << 4));
+      for (int flip = 0; flip < 2; ++flip) {
+        if (flip) for (auto& byte : packed) byte = uint8_t((byte >> 4) | (byte << 4));
+        std::vector<float> deq(16);
+        dequantize_row_nvfp4(packed.data(), scales.data(), 16, global, deq.data());
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t nibble = (i & 1) ? uint8_t(packed[size_t(i / 2)] >> 4) : uint8_t(packed[size_t(i / 2)] & 0xF);
+          const float expected = E2M1::values[nibble] * e4m3_to_float(uint8_t(code)) * global;
+          ASSERT_EQ(std::bit_cast<uint32_t>(deq[size_t(i)]), std::bit_cast<uint32_t>(expected))
+              << "code " << code << " element " << i << " global " << global;
+        }
+      }
+    }
+  }
 }
 
 TEST(Nvfp4Ref, StatsSumsAreErrorAndReference) {
