@@ -92,15 +92,15 @@ PY
 
 now() { date +%s.%N; }
 
-# `shardq run` (one rank) for ranks=1, `mpirun -np N shardq run` otherwise, method rtn,
-# into a fresh dst; prints the wall seconds.
-e2e_run_seconds() { # work ranks dst
-  local work=$1 ranks=$2 dst=$3 start launcher=()
+# `shardq run` (one rank) for ranks=1, `mpirun -np N shardq run` otherwise, method rtn
+# unless named, into a fresh dst; prints the wall seconds.
+e2e_run_seconds() { # work ranks dst [method]
+  local work=$1 ranks=$2 dst=$3 method=${4:-rtn} start launcher=()
   [ "$ranks" -gt 1 ] && launcher=(mpirun -np "$ranks")
   rm -rf "$dst"
   start=$(now)
   "${launcher[@]}" "$build_dir/shardq" run jobs/demo-engram-nvfp4.toml --src "$work/src" --dst "$dst" \
-    --set 'quant.method="rtn"' --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-262144}" >"$dst.log" 2>&1 ||
+    --set "quant.method=\"$method\"" --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-262144}" >"$dst.log" 2>&1 ||
     { echo "shardq run failed (-np $ranks):" >&2; tail -5 "$dst.log" >&2; return 1; }
   python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)"
 }
@@ -132,28 +132,31 @@ print(f"{'ratio shardq / cp':24s} {run_s / cp_s:9.2f} (target <= 1.3)")
 PY
 }
 
-# End-to-end throughput of `mpirun -np 2` vs one rank on the same >= 1 GB tables (rtn).
+# End-to-end throughput of `mpirun -np 2` vs one rank on the same >= 1 GB tables, for rtn
+# (I/O-bound: one rank already overlaps reading and writing with compute) and for the
+# product's method gptq-mse (compute-bound); BENCH_SCALING_METHODS overrides the list.
 # Target: >= 1.8x on a 2-core machine.
 bench_scaling() {
-  local work one two
+  local work method one two shard
   work=$(e2e_fixture)
   # shellcheck source=mpi_env.sh
   source scripts/mpi_env.sh
-  one=$(e2e_run_seconds "$work" 1 "$work/out-np1")
-  two=$(e2e_run_seconds "$work" 2 "$work/out-np2")
-  local shard
-  for shard in $(e2e_table_shards "$work/src"); do
-    cmp -s "$work/out-np1/$shard" "$work/out-np2/$shard" || echo "warning: -np 1 and -np 2 differ in $shard"
-  done
-  rm -rf "$work/out-np1" "$work/out-np2"
-  python3 - "$one" "$two" "$(grep -c ^processor /proc/cpuinfo)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+  for method in ${BENCH_SCALING_METHODS:-rtn gptq-mse}; do
+    one=$(e2e_run_seconds "$work" 1 "$work/out-np1" "$method")
+    two=$(e2e_run_seconds "$work" 2 "$work/out-np2" "$method")
+    for shard in $(e2e_table_shards "$work/src"); do
+      cmp -s "$work/out-np1/$shard" "$work/out-np2/$shard" || echo "warning: -np 1 and -np 2 differ in $shard"
+    done
+    rm -rf "$work/out-np1" "$work/out-np2"
+    python3 - "$method" "$one" "$two" "$(grep -c ^processor /proc/cpuinfo)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import sys
-one, two, cores, load = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+method, one, two, cores, load = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
 print(f"{cores} cores, load average {load}")
-print(f"{'shardq run rtn -np 1':24s} {one:9.2f} s")
-print(f"{'shardq run rtn -np 2':24s} {two:9.2f} s")
-print(f"{'speedup np2 / np1':24s} {one / two:9.2f} (target >= 1.8)")
+print(f"{'shardq run ' + method + ' -np 1':28s} {one:9.2f} s")
+print(f"{'shardq run ' + method + ' -np 2':28s} {two:9.2f} s")
+print(f"{'speedup np2 / np1 ' + method:28s} {one / two:9.2f} (target >= 1.8)")
 PY
+  done
 }
 
 main() {

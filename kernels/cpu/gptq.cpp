@@ -188,13 +188,12 @@ __attribute__((target("avx2,fma"))) static void update_columns_avx2_fma(float* t
         for (int v = 0; v < kVectors; ++v) x[c][v] = _mm256_loadu_ps(tile + size_t(k + c) * kTile + r0 + 8 * v);
       for (int i = from; i < to; ++i) {
         const float* u_row = upper + size_t(i) * kCols + k;
-        const __m256 u0 = _mm256_set1_ps(u_row[0]), u1 = _mm256_set1_ps(u_row[1]), u2 = _mm256_set1_ps(u_row[2]);
+        __m256 u[kColumns];
+        for (int c = 0; c < kColumns; ++c) u[c] = _mm256_set1_ps(u_row[c]);
         const float* e = errors + size_t(i - b0) * kTile + r0;
         for (int v = 0; v < kVectors; ++v) {
           const __m256 ev = _mm256_loadu_ps(e + 8 * v);
-          x[0][v] = _mm256_fnmadd_ps(ev, u0, x[0][v]);
-          x[1][v] = _mm256_fnmadd_ps(ev, u1, x[1][v]);
-          x[2][v] = _mm256_fnmadd_ps(ev, u2, x[2][v]);
+          for (int c = 0; c < kColumns; ++c) x[c][v] = _mm256_fnmadd_ps(ev, u[c], x[c][v]);
         }
       }
       for (int c = 0; c < kColumns; ++c)

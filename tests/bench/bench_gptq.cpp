@@ -1,6 +1,8 @@
 // GPTQ on one core: rows of 256 through one hash column's factor, for gptq (amax scales)
-// and gptq-mse, next to the row quantizers (rtn, mse) and to this machine's SGEMM measured
-// in the same run with the same BLAS, single thread.
+// and gptq-mse, next to the row quantizers (rtn, mse: the SIMD kernels the stage runs) and
+// to this machine's SGEMM with the same BLAS, single thread, measured interleaved with the
+// GPTQ iterations (this 2-core VM's speed drifts by +-30% over seconds: a reference taken
+// once, before, made the ratio drift with it).
 // Flop count used: 2 * 32,640 flops per row = every column j updates the 255 - j later
 // columns once (sum = 256 * 255 / 2 FMAs, GPTQ.md "Cost": ~33K FMA per row), counting an
 // FMA as 2 flops; the quantization itself and the stats are not counted. The kernel runs as
@@ -57,27 +59,19 @@ double thread_cpu_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
-// Single-thread SGEMM rate of an m x n x k product over ~0.3 s of this thread's CPU time
-// (the same clock Google Benchmark's rates use, so a loaded machine skews neither side).
-double sgemm_gflops(int m, int n, int k) {
-  std::vector<float> a(size_t(m) * k, 0.5f), b(size_t(k) * n, 0.25f), c(size_t(m) * n, 0.0f);
-  const double start = thread_cpu_seconds();
-  long calls = 0;
-  while (thread_cpu_seconds() - start < 0.3) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
-    ++calls;
-  }
-  const double seconds = thread_cpu_seconds() - start;
-  benchmark::DoNotOptimize(c.data());
-  return 2.0 * m * n * k * double(calls) / seconds / 1e9;
-}
+// CPU seconds of `calls` single-thread SGEMMs 256^3 (the same clock Google Benchmark's
+// rates use, so a loaded machine skews neither side).
+constexpr int kSgemmDim = 256, kSgemmCallsPerIteration = 8;
+constexpr double kSgemmFlops = 2.0 * kSgemmDim * kSgemmDim * kSgemmDim;
 
-double sgemm_reference_gflops() {
-  static const double rate = [] {
-    shardq::gptq_pin_blas_threads();
-    return sgemm_gflops(256, 256, 256);
-  }();
-  return rate;
+double timed_sgemm_seconds(int calls) {
+  static std::vector<float> a(size_t(kSgemmDim) * kSgemmDim, 0.5f), b(a.size(), 0.25f), c(a.size(), 0.0f);
+  const double start = thread_cpu_seconds();
+  for (int i = 0; i < calls; ++i)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kSgemmDim, kSgemmDim, kSgemmDim, 1.0f, a.data(), kSgemmDim,
+                b.data(), kSgemmDim, 0.0f, c.data(), kSgemmDim);
+  benchmark::DoNotOptimize(c.data());
+  return thread_cpu_seconds() - start;
 }
 
 void set_row_counters(benchmark::State& state) {
@@ -98,7 +92,8 @@ void BM_sgemm_single_thread(benchmark::State& state) {
 }
 
 void BM_gptq(benchmark::State& state) {
-  const double sgemm_rate = sgemm_reference_gflops();
+  shardq::gptq_pin_blas_threads();
+  double sgemm_seconds = 0.0;
   const shardq::ScaleSearch search{int(state.range(0)), 0.75};
   const int width = int(state.range(1));
   const auto& upper = factor_fp32();
@@ -110,8 +105,12 @@ void BM_gptq(benchmark::State& state) {
     shardq::gptq_quantize_rows(x.data(), kRows, upper.data(), global_scale(), search, width, packed.data(),
                                scales.data(), stats, workspace, shardq::GptqSums::counters_only);
     benchmark::DoNotOptimize(stats);
+    state.PauseTiming();
+    sgemm_seconds += timed_sgemm_seconds(kSgemmCallsPerIteration);
+    state.ResumeTiming();
   }
   set_row_counters(state);
+  const double sgemm_rate = kSgemmFlops * kSgemmCallsPerIteration * double(state.iterations()) / sgemm_seconds / 1e9;
   const double gflops = kFlopsPerRow * double(state.iterations()) * kRows / 1e9;
   state.counters["GFLOP/s"] = benchmark::Counter(gflops, benchmark::Counter::kIsRate);
   state.counters["sgemm_GFLOP/s"] = sgemm_rate;
@@ -126,7 +125,7 @@ void BM_row_quantizer(benchmark::State& state) {
   for (auto _ : state) {
     shardq::BlockStats stats;
     for (int r = 0; r < kRows; ++r)
-      shardq::quantize_row_nvfp4_ref(x.data() + size_t(r) * kCols, kCols, global_scale(), search,
+      shardq::quantize_row_nvfp4_simd(x.data() + size_t(r) * kCols, kCols, global_scale(), search,
                                      packed.data() + size_t(r) * kCols / 2, scales.data() + size_t(r) * kCols / 16,
                                      stats);
     benchmark::DoNotOptimize(stats);
@@ -141,5 +140,5 @@ BENCHMARK(BM_sgemm_single_thread)->Args({256, 256, 256})->Args({128, 64, 128})->
 // Args: {scale candidates (1 = gptq, 8 = gptq-mse), lazy width B}.
 BENCHMARK(BM_gptq)->ArgNames({"cand", "B"})->Args({1, 128})->Args({8, 128})->Args({1, 64})->Args({1, 256})
     ->Unit(benchmark::kMillisecond);
-// Args: {scale candidates}: 1 = rtn, 8 = mse (quantize_row_nvfp4_ref).
+// Args: {scale candidates}: 1 = rtn, 8 = mse (quantize_row_nvfp4_simd).
 BENCHMARK(BM_row_quantizer)->ArgNames({"cand"})->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond);
