@@ -10,8 +10,13 @@
 //     chunk_seconds f64[n], chunk_stats/{rows, blocks, zero_blocks, scale_underflows u64[n],
 //     candidate_wins u64[n,16], error_sq, reference_sq, weighted_error_sq,
 //     weighted_reference_sq u64[n,2] (ExactSum: high, low words)}
-//   /factors               attr layers i32[k] (order); /factors/<layer>/{gram, upper} f64[24,256,256]
+//   /factors               attrs layers i32[k] (order), digest u64 (xxh3 of the factors)
 //   /finished              fixed-length strings [m]
+//
+// The factors themselves (/factors/<layer>/{gram, upper} f64[24,256,256], 25 MB per layer)
+// live in PATH.factors, same format, written once when they first appear in a saved state:
+// a save then costs the per-chunk state (kB), not every factor again. A generation whose
+// factors file is missing or holds other factors (digest) is unusable.
 #include "pipeline/checkpoint.h"
 
 #include <fcntl.h>
@@ -402,6 +407,22 @@ void hash_table(CanonicalHash& h, const TableRecord& t) {
 
 } // namespace
 
+uint64_t factors_digest(const std::vector<FactorRecord>& factors) {
+  CanonicalHash h;
+  h.text("shardq-factors");
+  h.value<uint64_t>(factors.size());
+  for (const auto& f : factors) {
+    h.value<int64_t>(f.layer);
+    h.doubles(f.gram);
+    h.doubles(f.upper);
+  }
+  return h.digest();
+}
+
+std::filesystem::path factors_file(const std::filesystem::path& checkpoint) {
+  return std::filesystem::path(checkpoint.string() + ".factors");
+}
+
 uint64_t checkpoint_checksum(const CheckpointState& state) {
   CanonicalHash h;
   h.text("shardq-checkpoint");
@@ -417,11 +438,7 @@ uint64_t checkpoint_checksum(const CheckpointState& state) {
   h.value<uint64_t>(state.tables.size());
   for (const auto& t : state.tables) hash_table(h, t);
   h.value<uint64_t>(state.factors.size());
-  for (const auto& f : state.factors) {
-    h.value<int64_t>(f.layer);
-    h.doubles(f.gram);
-    h.doubles(f.upper);
-  }
+  h.value(factors_digest(state.factors));
   h.value<uint64_t>(state.finished.size());
   for (const auto& s : state.finished) h.text(s);
   return h.digest();
@@ -483,9 +500,12 @@ void write_table(Writer& w, hid_t tables, size_t index, const TableRecord& t) {
   write_chunk_stats(w, g, t.chunks);
 }
 
-void write_factors(Writer& w, const std::vector<FactorRecord>& factors) {
+// /factors: the layer order and the digest; with_data: the matrices too (the factors file).
+void write_factors(Writer& w, const std::vector<FactorRecord>& factors, uint64_t digest, bool with_data) {
   Hid group = w.group(w.root(), "factors");
   w.array_attr(group.get(), "layers", column(factors, [](const FactorRecord& f) { return int32_t(f.layer); }));
+  w.scalar_attr(group.get(), "digest", digest);
+  if (!with_data) return;
   const std::vector<hsize_t> shape = {kFactorColumns, kFactorDim, kFactorDim};
   for (const auto& f : factors) {
     Hid layer = w.group(group.get(), std::to_string(f.layer));
@@ -511,7 +531,7 @@ void write_generation(const fs::path& path, const CheckpointState& state) {
     w.scalar_attr<uint64_t>(tables.get(), "count", state.tables.size());
     for (size_t i = 0; i < state.tables.size(); ++i) write_table(w, tables.get(), i, state.tables[i]);
   }
-  write_factors(w, state.factors);
+  write_factors(w, state.factors, factors_digest(state.factors), /*with_data=*/false);
   w.string_dataset(root, "finished", state.finished);
   w.close();
 }
@@ -653,7 +673,8 @@ TableRecord read_table(Reader& r, hid_t tables, size_t index) {
   return t;
 }
 
-std::vector<FactorRecord> read_factors(Reader& r) {
+// The factors file's matrices, in the order of its layers attribute.
+std::vector<FactorRecord> read_factor_data(Reader& r) {
   Hid group = r.group(r.root(), "factors");
   const std::vector<hsize_t> tail = {kFactorDim, kFactorDim};
   std::vector<FactorRecord> factors;
@@ -671,8 +692,29 @@ std::vector<FactorRecord> read_factors(Reader& r) {
   return factors;
 }
 
-// One generation, whole and checksum-verified, or a PipelineError saying what is wrong.
-CheckpointState read_generation(const fs::path& path) {
+// The generation's factors: none, or those of `checkpoint`'s factors file, which must hold
+// the layers and the digest the generation recorded.
+std::vector<FactorRecord> read_factors(Reader& r, const fs::path& checkpoint) {
+  Hid group = r.group(r.root(), "factors");
+  const auto layers = r.array_attr<int32_t>(group.get(), "layers");
+  if (layers.empty()) return {};
+  const auto digest = r.scalar_attr<uint64_t>(group.get(), "digest");
+  const fs::path file = factors_file(checkpoint);
+  std::error_code ec;
+  if (!fs::exists(file, ec)) throw PipelineError(checkpoint.string() + ": its factors file " + file.string() + " is missing");
+  Reader factors_reader(file);
+  auto factors = read_factor_data(factors_reader);
+  const bool same_layers = std::equal(layers.begin(), layers.end(), factors.begin(), factors.end(),
+                                      [](int32_t layer, const FactorRecord& f) { return f.layer == layer; });
+  if (!same_layers || factors_digest(factors) != digest)
+    throw PipelineError(checkpoint.string() + ": its factors file " + file.string() +
+                        " holds other factors than this generation recorded");
+  return factors;
+}
+
+// One generation (PATH or PATH.prev of `checkpoint`), whole and checksum-verified, or a
+// PipelineError saying what is wrong.
+CheckpointState read_generation(const fs::path& path, const fs::path& checkpoint) {
   Reader r(path);
   const hid_t root = r.root();
   const auto version = r.scalar_attr<uint32_t>(root, "format_version");
@@ -690,7 +732,7 @@ CheckpointState read_generation(const fs::path& path) {
     const auto count = r.scalar_attr<uint64_t>(tables.get(), "count");
     for (uint64_t i = 0; i < count; ++i) state.tables.push_back(read_table(r, tables.get(), i));
   }
-  state.factors = read_factors(r);
+  state.factors = read_factors(r, checkpoint);
   state.finished = r.string_dataset(root, "finished");
   const uint64_t content_checksum = checkpoint_checksum(state);
   if (content_checksum != stored_checksum) {
@@ -707,11 +749,11 @@ struct Attempt {
   std::string problem; // "missing" or what is wrong
 };
 
-Attempt try_read(const fs::path& path) {
+Attempt try_read(const fs::path& path, const fs::path& checkpoint) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return {std::nullopt, path.string() + ": missing"};
   try {
-    return {read_generation(path), ""};
+    return {read_generation(path, checkpoint), ""};
   } catch (const PipelineError& e) {
     return {std::nullopt, e.what()};
   }
@@ -719,9 +761,57 @@ Attempt try_read(const fs::path& path) {
 
 } // namespace
 
+namespace {
+
+// Whole file at `path` through path.tmp: written, fsync'd, renamed, folder fsync'd.
+template <class WriteFn> void replace_file(const fs::path& path, WriteFn write) {
+  const fs::path tmp = with_suffix(path, ".tmp");
+  ::unlink(tmp.c_str());
+  try {
+    write(tmp);
+    fsync_path(tmp, O_RDONLY, "file");
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  rename_or_throw(tmp, path);
+  fsync_path(parent_folder(path), O_RDONLY | O_DIRECTORY, "folder");
+}
+
+// The digest recorded in a factors file, or nullopt when there is none or it is unreadable.
+std::optional<uint64_t> stored_factors_digest(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return std::nullopt;
+  try {
+    Reader r(file);
+    Hid group = r.group(r.root(), "factors");
+    return r.scalar_attr<uint64_t>(group.get(), "digest");
+  } catch (const PipelineError&) {
+    return std::nullopt;
+  }
+}
+
+// Writes the factors file unless it already holds these factors (the usual case: once
+// written, every later save of the run finds it and skips ~25 MB per layer).
+void ensure_factors_file(const fs::path& checkpoint, const std::vector<FactorRecord>& factors) {
+  if (factors.empty()) return;
+  const fs::path file = factors_file(checkpoint);
+  const uint64_t digest = factors_digest(factors);
+  if (stored_factors_digest(file) == digest) return;
+  replace_file(file, [&](const fs::path& tmp) {
+    Writer w(tmp);
+    w.scalar_attr(w.root(), "format_version", kCheckpointFormatVersion);
+    write_factors(w, factors, digest, /*with_data=*/true);
+    w.close();
+  });
+}
+
+} // namespace
+
 void save_checkpoint(const fs::path& path, const CheckpointState& state) {
   init_hdf5();
   validate_for_save(path, state);
+  ensure_factors_file(path, state.factors);
   const fs::path tmp = with_suffix(path, ".tmp");
   ::unlink(tmp.c_str());
   try {
@@ -747,9 +837,9 @@ std::optional<LoadResult> load_checkpoint(const fs::path& path) {
   const fs::path prev = with_suffix(path, ".prev");
   std::error_code ec;
   if (!fs::exists(path, ec) && !fs::exists(prev, ec)) return std::nullopt;
-  Attempt newest = try_read(path);
+  Attempt newest = try_read(path, path);
   if (newest.state) return LoadResult{std::move(*newest.state), false, ""};
-  Attempt previous = try_read(prev);
+  Attempt previous = try_read(prev, path);
   if (previous.state) {
     std::string note = "newest generation unusable (" + newest.problem + "); using the previous one, " +
                        prev.string() + " (generation " + std::to_string(previous.state->generation) + ")";

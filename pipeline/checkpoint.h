@@ -26,7 +26,7 @@
 
 namespace shardq {
 
-inline constexpr uint32_t kCheckpointFormatVersion = 1;
+inline constexpr uint32_t kCheckpointFormatVersion = 2; // 2: factors in PATH.factors
 // GPTQ factors: one 256x256 matrix per hash column, 24 columns per Engram layer (GPTQ.md).
 inline constexpr size_t kFactorColumns = 24;
 inline constexpr size_t kFactorDim = 256;
@@ -92,12 +92,15 @@ void set_aside_unusable_newest(const std::filesystem::path& path);
 // Writes `state` as the newest generation. At every instant of the save (kill -9
 // included) <path> or <path>.prev holds a complete generation. Throws PipelineError
 // naming the path and the object on any HDF5, fsync or rename failure, and for strings
-// with NUL bytes or factors of the wrong size.
+// with NUL bytes or factors of the wrong size. Factors go to factors_file(path) first,
+// and only when that file does not hold them already (once per run, in practice); the
+// generation records their digest.
 void save_checkpoint(const std::filesystem::path& path, const CheckpointState& state);
 
 // nullopt when neither <path> nor <path>.prev exists. A corrupt newest generation falls
 // back to .prev (fell_back, note); throws PipelineError "... is corrupt (...); use --fresh
-// to start over" when no complete generation is left.
+// to start over" when no complete generation is left. A generation whose factors file is
+// missing or holds other factors counts as corrupt.
 std::optional<LoadResult> load_checkpoint(const std::filesystem::path& path);
 
 // "" when the fingerprints are equal; otherwise a message naming the first field that
@@ -105,7 +108,15 @@ std::optional<LoadResult> load_checkpoint(const std::filesystem::path& path);
 std::string fingerprint_mismatch(const CheckpointState& stored,
                                  const std::vector<std::pair<std::string, std::string>>& current);
 
-// xxh3-64 over the canonical serialization of every field (the stored checksum).
+// xxh3-64 over the canonical serialization of every field (the stored checksum; the
+// factors enter through factors_digest).
 uint64_t checkpoint_checksum(const CheckpointState& state);
+
+// xxh3-64 over the factors' layers and values (stored in the generation and in the file).
+uint64_t factors_digest(const std::vector<FactorRecord>& factors);
+
+// Where save_checkpoint keeps the factors of `checkpoint`: PATH.factors (HDF5), written
+// only when a save carries factors the file does not hold yet.
+std::filesystem::path factors_file(const std::filesystem::path& checkpoint);
 
 } // namespace shardq

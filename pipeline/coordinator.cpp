@@ -241,8 +241,8 @@ void Coordinator::finish_run() {
 
 void Coordinator::save(bool force) {
   const auto now = std::chrono::steady_clock::now();
-  // A save rewrites the whole file (25 MB per layer once GPTQ factors are in): space
-  // saves so that they never take more than ~5% of the run.
+  // A save rewrites the whole generation (the GPTQ factors stay in their write-once
+  // file): space saves so that they never take more than ~5% of the run.
   const double interval = std::max(kSaveIntervalSeconds, 20.0 * last_save_seconds_);
   if (!force && (!dirty_ || std::chrono::duration<double>(now - last_save_).count() < interval)) return;
   state_.elapsed_seconds = elapsed_before_ + std::chrono::duration<double>(now - start_).count();

@@ -135,7 +135,9 @@ run_plan() {
     attempt "$spec"
   done
 }
-run_plan amax amax save quantize wall quantize wall quantize save quantize finalize
+# A wall-clock and a quantize kill come early, while most chunks are pending: a save crash
+# can land late (saves are spaced in time, chunks are fast) and finish every chunk first.
+run_plan amax wall quantize amax save quantize wall quantize wall quantize save quantize finalize
 # Some planned events may have been passed already: more crash points until enough kills
 # (the last three stages below add three).
 while ((!COMPLETE && KILLS < MIN_KILLS - 3)); do

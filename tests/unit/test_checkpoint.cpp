@@ -2,6 +2,7 @@
 // after any interrupted save, torn file or flipped byte (RELIABILITY.md "Checkpoints").
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -146,6 +147,56 @@ TEST_F(CheckpointTest, RoundTripKeepsEveryField) {
   EXPECT_EQ(s.updated_unix, saved.updated_unix);
   EXPECT_EQ(s, saved);
   EXPECT_FALSE(fs::exists(fs::path(path_.string() + ".tmp")));
+}
+
+// The factors (25 MB per layer) go to PATH.factors once: later saves of the same factors
+// leave that file alone (same inode, same bytes) and the generation itself stays small.
+TEST_F(CheckpointTest, FactorsAreWrittenOnceBesideTheCheckpoint) {
+  const CheckpointState first = some_state(1, 40, /*factors=*/true);
+  save_checkpoint(path_, first);
+  const fs::path file = factors_file(path_);
+  ASSERT_TRUE(fs::exists(file));
+  EXPECT_GT(fs::file_size(file), 2 * kFactorValues * sizeof(double) * 2); // gram + upper, two layers
+  EXPECT_LT(fs::file_size(path_), 1u << 20);
+  struct stat before {};
+  ASSERT_EQ(::stat(file.c_str(), &before), 0);
+  CheckpointState second = first;
+  second.generation = 2;
+  second.tables[0].chunks[3].state = 2;
+  save_checkpoint(path_, second);
+  struct stat after {};
+  ASSERT_EQ(::stat(file.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino) << "the factors file was rewritten";
+  EXPECT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+  EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  EXPECT_EQ(load_checkpoint(path_)->state, second);
+  EXPECT_FALSE(fs::exists(fs::path(file.string() + ".tmp")));
+}
+
+// A generation needs its factors file: missing, or holding other factors (another run's
+// file copied over it), the checkpoint is refused with the file named, not half-loaded.
+TEST_F(CheckpointTest, MissingOrForeignFactorsFileIsRefused) {
+  save_checkpoint(path_, some_state(1, 10, /*factors=*/true));
+  const fs::path file = factors_file(path_);
+  const fs::path other = dir_ / "other.h5";
+  CheckpointState foreign = some_state(1, 10, /*factors=*/true);
+  foreign.factors[0].upper[7] += 1.0;
+  save_checkpoint(other, foreign);
+  fs::copy_file(factors_file(other), file, fs::copy_options::overwrite_existing);
+  try {
+    load_checkpoint(path_);
+    FAIL() << "a foreign factors file was accepted";
+  } catch (const PipelineError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds other factors"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+  }
+  fs::remove(file);
+  try {
+    load_checkpoint(path_);
+    FAIL() << "a checkpoint without its factors file was accepted";
+  } catch (const PipelineError& e) {
+    EXPECT_NE(std::string(e.what()).find("is missing"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(CheckpointTest, EmptyStateRoundTrips) {
