@@ -21,7 +21,9 @@
 namespace shardq {
 namespace {
 
-constexpr size_t kItemsPerRank = 3; // computing, read ahead, being read: disk and compute overlap
+// Work items in flight per rank: the one computing and the next one read (or being read),
+// so disk and compute overlap; a third would only leave one rank working alone at the end.
+constexpr size_t kItemsPerRank = 2;
 constexpr auto kWaitRetry = std::chrono::milliseconds(20);
 constexpr auto kIdleSleep = std::chrono::microseconds(500);
 
