@@ -179,25 +179,30 @@ __attribute__((target("avx2,fma"))) static void update_columns_avx2_fma(float* t
                                                                         const float* upper, int b0, int k_begin,
                                                                         int k_end, int from, int to) {
   constexpr int kColumns = 3, kVectors = 4;
+  constexpr int kSteps = 64;
   const int k_split = k_end - (k_end - k_begin) % kColumns;
-  // Row halves outermost: one half's errors (B x 32 floats) stay in L1 across all columns.
-  for (int r0 = 0; r0 < kTile; r0 += 8 * kVectors) {
-    for (int k = k_begin; k < k_split; k += kColumns) {
-      __m256 x[kColumns][kVectors];
-      for (int c = 0; c < kColumns; ++c)
-        for (int v = 0; v < kVectors; ++v) x[c][v] = _mm256_loadu_ps(tile + size_t(k + c) * kTile + r0 + 8 * v);
-      for (int i = from; i < to; ++i) {
-        const float* u_row = upper + size_t(i) * kCols + k;
-        __m256 u[kColumns];
-        for (int c = 0; c < kColumns; ++c) u[c] = _mm256_set1_ps(u_row[c]);
-        const float* e = errors + size_t(i - b0) * kTile + r0;
-        for (int v = 0; v < kVectors; ++v) {
-          const __m256 ev = _mm256_loadu_ps(e + 8 * v);
-          for (int c = 0; c < kColumns; ++c) x[c][v] = _mm256_fnmadd_ps(ev, u[c], x[c][v]);
+  // Steps in runs of 64, then row halves: one run's errors of one half (64 x 32 floats,
+  // 8 KB) stay in L1 across all columns; runs go in order, so each chain stays ascending.
+  for (int run = from; run < to; run += kSteps) {
+    const int run_end = std::min(to, run + kSteps);
+    for (int r0 = 0; r0 < kTile; r0 += 8 * kVectors) {
+      for (int k = k_begin; k < k_split; k += kColumns) {
+        __m256 x[kColumns][kVectors];
+        for (int c = 0; c < kColumns; ++c)
+          for (int v = 0; v < kVectors; ++v) x[c][v] = _mm256_loadu_ps(tile + size_t(k + c) * kTile + r0 + 8 * v);
+        for (int i = run; i < run_end; ++i) {
+          const float* u_row = upper + size_t(i) * kCols + k;
+          __m256 u[kColumns];
+          for (int c = 0; c < kColumns; ++c) u[c] = _mm256_set1_ps(u_row[c]);
+          const float* e = errors + size_t(i - b0) * kTile + r0;
+          for (int v = 0; v < kVectors; ++v) {
+            const __m256 ev = _mm256_loadu_ps(e + 8 * v);
+            for (int c = 0; c < kColumns; ++c) x[c][v] = _mm256_fnmadd_ps(ev, u[c], x[c][v]);
+          }
         }
+        for (int c = 0; c < kColumns; ++c)
+          for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(tile + size_t(k + c) * kTile + r0 + 8 * v, x[c][v]);
       }
-      for (int c = 0; c < kColumns; ++c)
-        for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(tile + size_t(k + c) * kTile + r0 + 8 * v, x[c][v]);
     }
   }
   for (int k = k_split; k < k_end; ++k) update_column_avx2_fma(tile + size_t(k) * kTile, errors, upper, b0, k, from, to);
