@@ -250,12 +250,40 @@ void add_row_error_stats(const float* original, const uint8_t* nibbles, const ui
   }
 }
 
-// Packs each row's codes.
-void pack_tile(const GptqWorkspace& ws, int rows, uint8_t* packed) {
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < kCols; c += 2)
-      packed[size_t(r) * (kCols / 2) + c / 2] =
-          pack_e2m1x2(ws.nibbles[size_t(c) * kTile + r], ws.nibbles[size_t(c + 1) * kTile + r]);
+// Transposes an 8 x 8 byte matrix held as 8 little-endian words (x[i] byte k = M[i][k]
+// becomes x[k] byte i): swaps of 1-, 2- and 4-byte blocks between rows 1, 2 and 4 apart.
+inline void transpose_bytes_8x8(uint64_t* x) {
+  const auto swap = [&](int step, int shift, uint64_t mask) {
+    for (int i = 0; i < 8; ++i) {
+      if (i & step) continue;
+      const uint64_t t = ((x[i] >> shift) ^ x[i + step]) & mask;
+      x[i + step] ^= t;
+      x[i] ^= t << shift;
+    }
+  };
+  swap(1, 8, 0x00FF00FF00FF00FFull);
+  swap(2, 16, 0x0000FFFF0000FFFFull);
+  swap(4, 32, 0x00000000FFFFFFFFull);
+}
+
+// Packs each row's codes: byte pairs column by column (contiguous over rows, vectorized),
+// then 8 x 8 byte transposes into the row-major output.
+__attribute__((target_clones("avx2", "default"))) void pack_tile(const GptqWorkspace& ws, int rows,
+                                                                 uint8_t* packed) {
+  constexpr int kPairs = kCols / 2;
+  alignas(64) uint8_t pairs[kPairs * kTile]; // pairs[p * kTile + r]: row r's byte p
+  const uint8_t* nibbles = ws.nibbles.data();
+  for (int p = 0; p < kPairs; ++p)
+    for (int r = 0; r < kTile; ++r)
+      pairs[p * kTile + r] = uint8_t(nibbles[(2 * p) * kTile + r] | (nibbles[(2 * p + 1) * kTile + r] << 4));
+  for (int r0 = 0; r0 < rows; r0 += 8) {
+    for (int p0 = 0; p0 < kPairs; p0 += 8) {
+      uint64_t x[8];
+      for (int i = 0; i < 8; ++i) std::memcpy(&x[i], pairs + (p0 + i) * kTile + r0, 8);
+      transpose_bytes_8x8(x);
+      for (int k = 0; k < 8 && r0 + k < rows; ++k) std::memcpy(packed + size_t(r0 + k) * kPairs + p0, &x[k], 8);
+    }
+  }
 }
 
 // Adds the tile's error sums; the per-block sums come from the lane kernel (rows as
