@@ -36,7 +36,7 @@ struct GptqWorkspace {
 std::vector<float> gptq_factor_fp32(const double* upper);
 
 // Sets OpenBLAS to one thread (call once per process when ranks or threads run their own
-// row ranges): the weighted error's fp64 GEMM runs inside a rank's compute thread.
+// row ranges): the weighted error's fp64 product runs inside a rank's compute thread.
 void gptq_pin_blas_threads();
 
 // Quantizes R rows of 256 (row-major, not modified: feedback works on a tile copy) to NVFP4 with
@@ -69,7 +69,9 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
 // Computed per kGptqRowTile rows as one fp64 triangular product of fixed shape ([E; X] H',
 // H' = upper triangle of H, diagonal halved: v^T H v = 2 v^T H' v), so the result does not
 // depend on how rows are split either (~66K fp64 FMA per row at BLAS speed; the weighted
-// error is most of a gptq-mse run's arithmetic).
+// error is most of a gptq-mse run's arithmetic). The figure depends on the BLAS kernel
+// (not the output bytes): OpenBLAS DYNAMIC_ARCH picks it by CPU, so set OPENBLAS_CORETYPE
+// on a cluster of mixed CPUs to keep reports identical across rank counts.
 // Per row: row_error[r] = e_r^T H e_r, row_reference[r] = x_r^T H x_r (fp64, fixed tiles).
 void weighted_error_rows(const double* gram, const float* original, const float* dequantized, int rows,
                          double* row_error, double* row_reference);
