@@ -423,7 +423,11 @@ std::filesystem::path factors_file(const std::filesystem::path& checkpoint) {
   return std::filesystem::path(checkpoint.string() + ".factors");
 }
 
-uint64_t checkpoint_checksum(const CheckpointState& state) {
+namespace {
+
+// checkpoint_checksum with the factors' digest already at hand (a save and a load each
+// hash the factors once, not once per use).
+uint64_t checksum_with_factors(const CheckpointState& state, uint64_t factors_digest_value) {
   CanonicalHash h;
   h.text("shardq-checkpoint");
   h.value(kCheckpointFormatVersion);
@@ -438,10 +442,16 @@ uint64_t checkpoint_checksum(const CheckpointState& state) {
   h.value<uint64_t>(state.tables.size());
   for (const auto& t : state.tables) hash_table(h, t);
   h.value<uint64_t>(state.factors.size());
-  h.value(factors_digest(state.factors));
+  h.value(factors_digest_value);
   h.value<uint64_t>(state.finished.size());
   for (const auto& s : state.finished) h.text(s);
   return h.digest();
+}
+
+} // namespace
+
+uint64_t checkpoint_checksum(const CheckpointState& state) {
+  return checksum_with_factors(state, factors_digest(state.factors));
 }
 
 namespace {
@@ -514,12 +524,12 @@ void write_factors(Writer& w, const std::vector<FactorRecord>& factors, uint64_t
   }
 }
 
-void write_generation(const fs::path& path, const CheckpointState& state) {
+void write_generation(const fs::path& path, const CheckpointState& state, uint64_t factors_digest_value) {
   Writer w(path);
   const hid_t root = w.root();
   w.scalar_attr(root, "format_version", kCheckpointFormatVersion);
   w.scalar_attr(root, "generation", state.generation);
-  w.scalar_attr(root, "checksum", checkpoint_checksum(state));
+  w.scalar_attr(root, "checksum", checksum_with_factors(state, factors_digest_value));
   w.scalar_attr(root, "elapsed_seconds", state.elapsed_seconds);
   w.scalar_attr(root, "updated_unix", state.updated_unix);
   {
@@ -531,7 +541,7 @@ void write_generation(const fs::path& path, const CheckpointState& state) {
     w.scalar_attr<uint64_t>(tables.get(), "count", state.tables.size());
     for (size_t i = 0; i < state.tables.size(); ++i) write_table(w, tables.get(), i, state.tables[i]);
   }
-  write_factors(w, state.factors, factors_digest(state.factors), /*with_data=*/false);
+  write_factors(w, state.factors, factors_digest_value, /*with_data=*/false);
   w.string_dataset(root, "finished", state.finished);
   w.close();
 }
@@ -693,12 +703,12 @@ std::vector<FactorRecord> read_factor_data(Reader& r) {
 }
 
 // The generation's factors: none, or those of `checkpoint`'s factors file, which must hold
-// the layers and the digest the generation recorded.
-std::vector<FactorRecord> read_factors(Reader& r, const fs::path& checkpoint) {
+// the layers and the digest the generation recorded (returned in `digest`).
+std::vector<FactorRecord> read_factors(Reader& r, const fs::path& checkpoint, uint64_t& digest) {
   Hid group = r.group(r.root(), "factors");
   const auto layers = r.array_attr<int32_t>(group.get(), "layers");
+  digest = r.scalar_attr<uint64_t>(group.get(), "digest");
   if (layers.empty()) return {};
-  const auto digest = r.scalar_attr<uint64_t>(group.get(), "digest");
   const fs::path file = factors_file(checkpoint);
   std::error_code ec;
   if (!fs::exists(file, ec)) throw PipelineError(checkpoint.string() + ": its factors file " + file.string() + " is missing");
@@ -732,9 +742,12 @@ CheckpointState read_generation(const fs::path& path, const fs::path& checkpoint
     const auto count = r.scalar_attr<uint64_t>(tables.get(), "count");
     for (uint64_t i = 0; i < count; ++i) state.tables.push_back(read_table(r, tables.get(), i));
   }
-  state.factors = read_factors(r, checkpoint);
+  uint64_t stored_digest = 0;
+  state.factors = read_factors(r, checkpoint, stored_digest);
   state.finished = r.string_dataset(root, "finished");
-  const uint64_t content_checksum = checkpoint_checksum(state);
+  // With factors, read_factors checked them against stored_digest; without, it is the
+  // generation's own field and the checksum checks it.
+  const uint64_t content_checksum = checksum_with_factors(state, stored_digest);
   if (content_checksum != stored_checksum) {
     char buffer[96];
     std::snprintf(buffer, sizeof buffer, "checksum mismatch: stored %016llx, content %016llx",
@@ -763,8 +776,10 @@ Attempt try_read(const fs::path& path, const fs::path& checkpoint) {
 
 namespace {
 
-// Whole file at `path` through path.tmp: written, fsync'd, renamed, folder fsync'd.
-template <class WriteFn> void replace_file(const fs::path& path, WriteFn write) {
+// Whole file at `path` through path.tmp: written and fsync'd, then before_rename() (the
+// checkpoint keeps its previous generation there), renamed, and the folder fsync'd.
+template <class WriteFn, class BeforeRenameFn>
+void replace_file(const fs::path& path, WriteFn write, BeforeRenameFn before_rename) {
   const fs::path tmp = with_suffix(path, ".tmp");
   ::unlink(tmp.c_str());
   try {
@@ -774,6 +789,7 @@ template <class WriteFn> void replace_file(const fs::path& path, WriteFn write) 
     ::unlink(tmp.c_str());
     throw;
   }
+  before_rename();
   rename_or_throw(tmp, path);
   fsync_path(parent_folder(path), O_RDONLY | O_DIRECTORY, "folder");
 }
@@ -793,17 +809,19 @@ std::optional<uint64_t> stored_factors_digest(const fs::path& file) {
 
 // Writes the factors file unless it already holds these factors (the usual case: once
 // written, every later save of the run finds it and skips ~25 MB per layer).
-void ensure_factors_file(const fs::path& checkpoint, const std::vector<FactorRecord>& factors) {
+void ensure_factors_file(const fs::path& checkpoint, const std::vector<FactorRecord>& factors, uint64_t digest) {
   if (factors.empty()) return;
   const fs::path file = factors_file(checkpoint);
-  const uint64_t digest = factors_digest(factors);
   if (stored_factors_digest(file) == digest) return;
-  replace_file(file, [&](const fs::path& tmp) {
-    Writer w(tmp);
-    w.scalar_attr(w.root(), "format_version", kCheckpointFormatVersion);
-    write_factors(w, factors, digest, /*with_data=*/true);
-    w.close();
-  });
+  replace_file(
+      file,
+      [&](const fs::path& tmp) {
+        Writer w(tmp);
+        w.scalar_attr(w.root(), "format_version", kCheckpointFormatVersion);
+        write_factors(w, factors, digest, /*with_data=*/true);
+        w.close();
+      },
+      [] {});
 }
 
 } // namespace
@@ -811,19 +829,10 @@ void ensure_factors_file(const fs::path& checkpoint, const std::vector<FactorRec
 void save_checkpoint(const fs::path& path, const CheckpointState& state) {
   init_hdf5();
   validate_for_save(path, state);
-  ensure_factors_file(path, state.factors);
-  const fs::path tmp = with_suffix(path, ".tmp");
-  ::unlink(tmp.c_str());
-  try {
-    write_generation(tmp, state);
-    fsync_path(tmp, O_RDONLY, "file");
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  keep_previous(path);
-  rename_or_throw(tmp, path);
-  fsync_path(parent_folder(path), O_RDONLY | O_DIRECTORY, "folder");
+  const uint64_t digest = factors_digest(state.factors);
+  ensure_factors_file(path, state.factors, digest);
+  replace_file(
+      path, [&](const fs::path& tmp) { write_generation(tmp, state, digest); }, [&] { keep_previous(path); });
 }
 
 void set_aside_unusable_newest(const fs::path& path) {
