@@ -1,6 +1,6 @@
 #include "kernels/gptq.h"
 
-#include <cblas.h> // the weighted error's fp64 GEMM
+#include <cblas.h> // the weighted error's fp64 triangular product
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -207,9 +207,7 @@ __attribute__((target("avx2,fma"))) static void update_columns_avx2_fma(float* t
   }
   for (int k = k_split; k < k_end; ++k) update_column_avx2_fma(tile + size_t(k) * kTile, errors, upper, b0, k, from, to);
 }
-#endif
 
-#if defined(__x86_64__)
 static bool have_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 
 void update_column(float* column, const float* errors, const float* upper, int b0, int j, int from, int to) {
