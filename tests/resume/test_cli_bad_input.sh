@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Bad input through the CLI (issue 2 point 8): every case exits non-zero with one error line
+# that names the file and the problem.
+# `shardq inspect FILE` on a small safetensors file made here with python, then broken:
+#  truncated (data shorter than the header says), header length beyond the file, header
+#  not JSON, overlapping offsets, gapped offsets, unknown dtype, shape/bytes mismatch.
+# `shardq run JOB --src COPY` on a fixture copy whose index names, for one tensor, a shard
+#  with `../` (a real file outside the folder), an absolute shard path (a real file), and a
+#  shard that does not exist: the error line names the index (and the shard), no output
+#  index is written in dst.
+# Each command's whole output (stdout and stderr) must be that one `shardq: error:` line.
+# Env: SHARDQ_BIN, SHARDQ_SOURCE_DIR. Exit 77 (skip) without SHARDQ_BIN.
+set -euo pipefail
+
+[ -n "${SHARDQ_BIN:-}" ] || { echo "SHARDQ_BIN is not set"; exit 77; }
+source_dir="${SHARDQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
+job="$source_dir/jobs/demo-engram-nvfp4.toml"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# A valid file (a: F32 [2, 3] = 24 bytes, b: BF16 [4] = 8, c: U8 [5] = 5) and one broken
+# copy per case, named after the case.
+python3 - "$work" <<'PY'
+import json, struct, sys
+out = sys.argv[1]
+good = {"a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+        "b": {"dtype": "BF16", "shape": [4], "data_offsets": [24, 32]},
+        "c": {"dtype": "U8", "shape": [5], "data_offsets": [32, 37]}}
+data = bytes(range(37))
+
+def write(name, header, data=data, length=None):
+    text = json.dumps(header).encode() if isinstance(header, dict) else header
+    with open(f"{out}/{name}.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(text) if length is None else length) + text + data)
+
+def changed(tensor, **fields):
+    header = json.loads(json.dumps(good))
+    header[tensor].update(fields)
+    return header
+
+write("good", good)
+write("truncated", good, data[:30])
+write("header-length", good, length=10_000)
+write("not-json", b'{"a": {"dtype": "F32", "shape": [2, 3], oops}}')
+write("overlap", changed("b", data_offsets=[20, 28]) | {"c": {"dtype": "U8", "shape": [9], "data_offsets": [28, 37]}})
+write("gap", changed("b", data_offsets=[28, 36]) | {"c": {"dtype": "U8", "shape": [1], "data_offsets": [36, 37]}})
+write("dtype", changed("b", dtype="F7"))
+write("shape", changed("a", shape=[2, 4]))
+PY
+
+# The good file inspects cleanly, so each failure below comes from its one change.
+"$SHARDQ_BIN" inspect "$work/good.safetensors" >"$work/good.log" 2>&1 ||
+  { fail "good: inspect of the valid file failed"; cat "$work/good.log"; }
+
+# check_error_line LABEL LOG WORDS...: the log is one error line that names each of WORDS.
+check_error_line() {
+  local label=$1 log=$2 line word before=$failures
+  shift 2
+  line=$(head -n 1 "$log")
+  if [ "$(wc -l <"$log")" -ne 1 ] || [[ "$line" != "shardq: error: "* ]]; then
+    fail "$label: the output is not one error line:"
+    cat "$log"
+    return 0
+  fi
+  for word in "$@"; do
+    [[ "$line" == *"$word"* ]] || fail "$label: the error does not say '$word': $line"
+  done
+  [ "$failures" -ne "$before" ] || echo "ok: $label: $line"
+}
+
+check_inspect() { # case problem_words...
+  local name=$1 file="$work/$1.safetensors" log="$work/$1.log"
+  shift
+  if "$SHARDQ_BIN" inspect "$file" >"$log" 2>&1; then fail "$name: inspect exited 0"; return 0; fi
+  check_error_line "$name" "$log" "$file" "$@"
+}
+
+check_inspect truncated "reach past the end of the file (data buffer holds 30 bytes)" "tensor 'b'"
+check_inspect header-length "header length 10000" "past the end of the file"
+check_inspect not-json "not valid JSON"
+check_inspect overlap "overlap" "tensor 'b'"
+check_inspect gap "a gap of 4 bytes" "tensor 'b'"
+check_inspect dtype "unknown dtype" '"F7"'
+check_inspect shape "hold 24 bytes but F32 [2, 4] needs 32"
+
+# Fixture copies: shards linked, the index a real copy whose first entry points elsewhere.
+"$SHARDQ_BIN" fixture --preset dsv41-mini --out "$work/src" --engram-vocab 600 >/dev/null
+index_name=model.safetensors.index.json
+first_shard=$(python3 -c 'import json, sys; print(next(iter(json.load(open(sys.argv[1]))["weight_map"].values())))' \
+  "$work/src/$index_name")
+
+check_run() { # case shard_name problem_words...
+  local name=$1 shard=$2 copy="$work/src-$1" dst="$work/out-$1" log="$work/run-$1.log"
+  shift 2
+  cp -al "$work/src" "$copy"
+  rm "$copy/$index_name"
+  python3 - "$work/src/$index_name" "$copy/$index_name" "$shard" <<'PY'
+import json, sys
+index = json.load(open(sys.argv[1]))
+tensor = next(iter(index["weight_map"]))
+index["weight_map"][tensor] = sys.argv[3]
+json.dump(index, open(sys.argv[2], "w"), indent=2)
+PY
+  if "$SHARDQ_BIN" run "$job" --src "$copy" --dst "$dst" --set 'quant.method="rtn"' >"$log" 2>&1; then
+    fail "$name: shardq run exited 0"
+    return 0
+  fi
+  check_error_line "$name" "$log" "$copy/$index_name" "$@"
+  [ ! -e "$dst/$index_name" ] || fail "$name: an output index was written"
+}
+
+check_run escape "../src/$first_shard" "'../src/$first_shard'" "contains '/'" "plain file names"
+check_run absolute "$work/src/$first_shard" "'$work/src/$first_shard' is an absolute path"
+check_run missing model-00099-of-00099.safetensors "shard 'model-00099-of-00099.safetensors'" "is missing"
+
+[ "$failures" -eq 0 ] || { echo "test_cli_bad_input: $failures failures"; exit 1; }
+echo "test_cli_bad_input: all passed"
