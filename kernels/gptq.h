@@ -44,7 +44,8 @@ void gptq_pin_blas_threads();
 // that divides 256. packed: R x 128 bytes, scales: R x 16 E4M3 codes. stats: block
 // counters and candidate wins as in quantize_row_nvfp4_ref; error_sq / reference_sq
 // against the ORIGINAL rows, summed as quantize_row_nvfp4_ref sums them (per block
-// sum_block_fp64, blocks in order, rows in order), so splitting rows never changes them.
+// block_report_sums_nvfp4, blocks in order, rows in order), so splitting rows never
+// changes them.
 // What gptq_quantize_rows adds to stats: the block counters and candidate wins always;
 // error_sq / reference_sq too unless the caller sums errors itself (the pipeline keeps
 // exact per-row sums, so it skips these: ~10% of the kernel's time).

@@ -45,15 +45,39 @@ uint8_t nvfp4_block_scale_code(float amax, float alpha, float global_scale);
 // Quantize one block of 16 with a given scale code; writes 16 unpacked nibbles.
 void quantize_block_nvfp4(const float* x, uint8_t scale_code, float global_scale, uint8_t* nibbles);
 
-// Sum of 16 fp64 terms in a fixed pairwise order: t[i] + t[i+8], then + 4, + 2, + 1 lanes
-// (a fold in halves). Every backend sums a block in this order, so stats match bit for bit.
+// Sum of 16 terms in a fixed pairwise order: t[i] + t[i+8], then + 4, + 2, + 1 lanes (a
+// fold in halves). Every backend sums a block in this order, so results match bit for bit.
 double sum_block_fp64(const double* terms);
+float sum_block_fp32(const float* terms);
 
-// Squared error of 16 nibbles against x: terms (double(deq) - double(x))^2, sum_block_fp64.
+// The MSE search's error of 16 nibbles against x (FORMATS.md: fp64, so that no summation
+// order can change the choice): terms (double(deq) - double(x))^2, sum_block_fp64.
 double block_error_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_code, float global_scale);
 
-// Sum of x^2 over one block, terms double(x) * double(x), sum_block_fp64.
-double block_reference_nvfp4(const float* x);
+// What one block adds to the report's sums ||deq - x||^2 and ||x||^2 (rel_rms_error).
+// Not the MSE choice: a report figure only needs fp32 terms, and fp64 terms cost the RTN
+// row kernel more than the quantization itself. The rule, on every backend:
+//   E = the biased fp32 exponent of the block amax, clamped to [1, 253];
+//   p = 2^(127 - E), so |x * p| < 4 and no fp32 square overflows or underflows early;
+//   error terms ((deq - x) * p)^2 and reference terms (x * p)^2 in fp32, sum_block_fp32,
+//   each sum widened to fp64 and multiplied twice by 2^(E - 127) (exact).
+// Each sum is within 2^-21 relative of the exact one (tested against fp64).
+struct BlockSums {
+  double error_sq = 0.0;
+  double reference_sq = 0.0;
+};
+BlockSums block_report_sums_nvfp4(const float* x, const float* deq);
+
+// 2^(127 - E) and 2^(E - 127) of the rule above, from the block amax.
+struct ReportScale {
+  float down;  // p
+  float up;    // 1 / p
+};
+ReportScale report_scale_of_amax(float amax);
+
+// block_report_sums_nvfp4 of every block of a row (cols % 16 == 0), added to stats in
+// block order: the pipeline's per-row figure wherever deq is already at hand.
+void add_row_report_sums_nvfp4(const float* x, const float* deq, int cols, BlockStats& stats);
 
 // Dequantized value of one element: (e2m1 * scale) * global, one rounding.
 inline float dequantize_nvfp4(uint8_t nibble, uint8_t scale_code, float global_scale) {
@@ -67,7 +91,7 @@ uint8_t choose_and_quantize_block_nvfp4(const float* x, float global_scale, cons
 
 // One row of `cols` values (cols % 16 == 0): packed codes (cols/2 bytes, low nibble =
 // even element), E4M3 scales (cols/16 bytes), stats accumulated: per block, error_sq and
-// reference_sq get the block's sum_block_fp64, in block order.
+// reference_sq get the block's block_report_sums_nvfp4, in block order.
 // Precondition: finite x (NaN/inf are counted and rejected upstream; backends may differ on them).
 void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const ScaleSearch& search,
                             uint8_t* packed, uint8_t* scales, BlockStats& stats);
@@ -86,9 +110,9 @@ void choose_block_scales_nvfp4_lanes(const float* columns, size_t stride, int la
                                      float global_scale, const ScaleSearch& search, uint8_t* codes,
                                      BlockStats& stats);
 
-// block_error_nvfp4 and block_reference_nvfp4 of `lanes` blocks stored lane-wise (as
-// above; nibbles one per byte in the same layout, codes[l] the scale of block l), into
-// errors[l] and references[l]; bit-identical, SIMD with runtime dispatch.
+// block_report_sums_nvfp4 of `lanes` blocks stored lane-wise (as above; nibbles one per
+// byte in the same layout, codes[l] the scale of block l), into errors[l] and
+// references[l]; bit-identical, SIMD with runtime dispatch.
 void block_errors_nvfp4_lanes(const float* columns, const uint8_t* nibbles, size_t stride, int lanes,
                               const uint8_t* codes, float global_scale, double* errors, double* references);
 

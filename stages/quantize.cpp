@@ -16,15 +16,12 @@ constexpr uint64_t kCancelCheckRows = 4096;
 bool is_gptq(QuantMethod method) { return method == QuantMethod::gptq || method == QuantMethod::gptq_mse; }
 
 // GPTQ's kernel sums errors over its row tiles: here each row's error is summed on its
-// own (from the original rows), so that the totals are exact whatever the chunking.
+// own (from the original rows, the report rule of the row kernels), so that the totals
+// are exact whatever the chunking.
 void add_row_errors(const float* original, const float* dequantized, uint64_t n, int cols, ChunkStats& stats) {
   for (uint64_t r = 0; r < n; ++r) {
     BlockStats row_sums;
-    for (int i = 0; i < cols; ++i) {
-      const double x = double(original[r * cols + i]), diff = double(dequantized[r * cols + i]) - x;
-      row_sums.error_sq += diff * diff;
-      row_sums.reference_sq += x * x;
-    }
+    add_row_report_sums_nvfp4(original + r * cols, dequantized + r * cols, cols, row_sums);
     stats.add_row(row_sums);
   }
 }

@@ -238,14 +238,13 @@ namespace {
 using gptq_detail::update_column;
 using gptq_detail::update_columns;
 
-// Stats against the ORIGINAL rows, in the order quantize_row_nvfp4_ref uses: per block,
-// block_error_nvfp4 and block_reference_nvfp4 (fixed pairwise sums), blocks in order.
+// Stats against the ORIGINAL rows, as quantize_row_nvfp4_ref adds them: per block,
+// block_report_sums_nvfp4, blocks in order.
 void add_row_error_stats(const float* original, const uint8_t* nibbles, const uint8_t* scales, float global_scale,
                          BlockStats& stats) {
-  for (int b = 0; b < kCols / kGroup; ++b) {
-    stats.error_sq += block_error_nvfp4(original + b * kGroup, nibbles + b * kGroup, scales[b], global_scale);
-    stats.reference_sq += block_reference_nvfp4(original + b * kGroup);
-  }
+  float deq[kCols];
+  for (int i = 0; i < kCols; ++i) deq[i] = dequantize_nvfp4(nibbles[i], scales[i / kGroup], global_scale);
+  add_row_report_sums_nvfp4(original, deq, kCols, stats);
 }
 
 // Transposes an 8 x 8 byte matrix held as 8 little-endian words (x[i] byte k = M[i][k]

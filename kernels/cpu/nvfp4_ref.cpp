@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "kernels/nvfp4.h"
@@ -44,13 +45,17 @@ void quantize_block_nvfp4(const float* x, uint8_t scale_code, float global_scale
   for (int i = 0; i < Nvfp4::block; ++i) nibbles[i] = e2m1_from_float(x[i] / divisor);
 }
 
-double sum_block_fp64(const double* terms) {
-  double folded[Nvfp4::block];
+template <typename T>
+static T fold_in_halves(const T* terms) {
+  T folded[Nvfp4::block];
   std::copy(terms, terms + Nvfp4::block, folded);
   for (int half = Nvfp4::block / 2; half >= 1; half /= 2)
     for (int i = 0; i < half; ++i) folded[i] = folded[i] + folded[i + half];
   return folded[0];
 }
+
+double sum_block_fp64(const double* terms) { return fold_in_halves(terms); }
+float sum_block_fp32(const float* terms) { return fold_in_halves(terms); }
 
 double block_error_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_code, float global_scale) {
   double terms[Nvfp4::block];
@@ -61,16 +66,35 @@ double block_error_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_c
   return sum_block_fp64(terms);
 }
 
-double block_reference_nvfp4(const float* x) {
-  double terms[Nvfp4::block];
-  for (int i = 0; i < Nvfp4::block; ++i) terms[i] = double(x[i]) * double(x[i]);
-  return sum_block_fp64(terms);
-}
-
 static float block_amax(const float* x) {
   float amax = 0.0f;
   for (int i = 0; i < Nvfp4::block; ++i) amax = std::max(amax, std::fabs(x[i]));
   return amax;
+}
+
+ReportScale report_scale_of_amax(float amax) {
+  const uint32_t exponent = std::clamp<uint32_t>(std::bit_cast<uint32_t>(amax) >> 23, 1u, 253u);
+  return {std::bit_cast<float>((254u - exponent) << 23), std::bit_cast<float>(exponent << 23)};
+}
+
+BlockSums block_report_sums_nvfp4(const float* x, const float* deq) {
+  const ReportScale scale = report_scale_of_amax(block_amax(x));
+  float errors[Nvfp4::block], references[Nvfp4::block];
+  for (int i = 0; i < Nvfp4::block; ++i) {
+    const float diff = (deq[i] - x[i]) * scale.down, value = x[i] * scale.down;
+    errors[i] = diff * diff;
+    references[i] = value * value;
+  }
+  const double up = scale.up;
+  return {double(sum_block_fp32(errors)) * up * up, double(sum_block_fp32(references)) * up * up};
+}
+
+void add_row_report_sums_nvfp4(const float* x, const float* deq, int cols, BlockStats& stats) {
+  for (int b = 0; b < cols / Nvfp4::block; ++b) {
+    const BlockSums sums = block_report_sums_nvfp4(x + b * Nvfp4::block, deq + b * Nvfp4::block);
+    stats.error_sq += sums.error_sq;
+    stats.reference_sq += sums.reference_sq;
+  }
 }
 
 uint8_t choose_and_quantize_block_nvfp4(const float* x, float global_scale, const ScaleSearch& search,
@@ -110,8 +134,11 @@ void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const 
     const float* block = x + b * Nvfp4::block;
     scales[b] = choose_and_quantize_block_nvfp4(block, global_scale, search, nibbles, stats);
     for (int i = 0; i < Nvfp4::block; i += 2) packed[(b * Nvfp4::block + i) / 2] = pack_e2m1x2(nibbles[i], nibbles[i + 1]);
-    stats.error_sq += block_error_nvfp4(block, nibbles, scales[b], global_scale);
-    stats.reference_sq += block_reference_nvfp4(block);
+    float deq[Nvfp4::block];
+    for (int i = 0; i < Nvfp4::block; ++i) deq[i] = dequantize_nvfp4(nibbles[i], scales[b], global_scale);
+    const BlockSums sums = block_report_sums_nvfp4(block, deq);
+    stats.error_sq += sums.error_sq;
+    stats.reference_sq += sums.reference_sq;
   }
 }
 

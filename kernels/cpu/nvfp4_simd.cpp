@@ -1,7 +1,8 @@
 // NVFP4 row kernels on Highway SIMD, dispatched at run time (foreach_target): one binary
 // runs AVX2 / AVX-512 on x86-64 and NEON / SVE on aarch64. Bit-identical to the _ref:
 // the same fp32 division by the rounded scale, the same compare thresholds, the same
-// fp64 terms folded in halves (sum_block_fp64's order), built with -ffp-contract=off.
+// terms folded in halves (sum_block_fp64's and sum_block_fp32's order), built with
+// -ffp-contract=off.
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -43,14 +44,13 @@ double fold_block(double* terms) {
   return terms[0];
 }
 
-// sum (double(a) - double(b))^2, or sum double(a)^2 when b is null.
-double block_sum_sq(const float* a, const float* b) {
+// block_error_nvfp4 from dequantized values: sum (double(deq) - double(x))^2.
+double block_error_of(const float* deq, const float* x) {
   const DD dd;
   const DFD dfd;
   HWY_ALIGN double terms[Nvfp4::block];
   for (size_t i = 0; i < Nvfp4::block; i += hn::Lanes(dd)) {
-    auto diff = hn::PromoteTo(dd, hn::LoadU(dfd, a + i));
-    if (b != nullptr) diff = hn::Sub(diff, hn::PromoteTo(dd, hn::LoadU(dfd, b + i)));
+    const auto diff = hn::Sub(hn::PromoteTo(dd, hn::LoadU(dfd, deq + i)), hn::PromoteTo(dd, hn::LoadU(dfd, x + i)));
     hn::Store(hn::Mul(diff, diff), dd, terms + i);
   }
   return fold_block(terms);
@@ -168,16 +168,12 @@ HWY_INLINE VLI E2m1Nibble(VL q, VL& value) {
   return hn::Or(index, hn::IfThenElseZero(hn::RebindMask(di, negative), hn::Set(di, 8)));
 }
 
-// (double(a) - double(b))^2 per lane, or double(a)^2 when kSquare, as two halves.
-template <bool kSquare>
-HWY_INLINE void SquaredTerms(VL a, VL b, VLD& lo, VLD& hi) {
+// (double(a) - double(b))^2 per lane, as two halves.
+HWY_INLINE void SquaredDifferences(VL a, VL b, VLD& lo, VLD& hi) {
   const DLD dd;
   const DLH dh;
-  VLD d_lo = hn::PromoteTo(dd, hn::LowerHalf(dh, a)), d_hi = hn::PromoteTo(dd, hn::UpperHalf(dh, a));
-  if (!kSquare) {
-    d_lo = hn::Sub(d_lo, hn::PromoteTo(dd, hn::LowerHalf(dh, b)));
-    d_hi = hn::Sub(d_hi, hn::PromoteTo(dd, hn::UpperHalf(dh, b)));
-  }
+  const VLD d_lo = hn::Sub(hn::PromoteTo(dd, hn::LowerHalf(dh, a)), hn::PromoteTo(dd, hn::LowerHalf(dh, b)));
+  const VLD d_hi = hn::Sub(hn::PromoteTo(dd, hn::UpperHalf(dh, a)), hn::PromoteTo(dd, hn::UpperHalf(dh, b)));
   lo = hn::Mul(d_lo, d_lo);
   hi = hn::Mul(d_hi, d_hi);
 }
@@ -196,7 +192,7 @@ HWY_INLINE void CandidateTree(const float* columns, size_t stride, VL divisor, V
     const VLU nibble = hn::BitCast(du, E2m1Nibble(hn::Div(x, divisor), value));
     if constexpr (kStart < 8) low_word = hn::Or(low_word, hn::ShiftLeft<4 * kStart>(nibble));
     else high_word = hn::Or(high_word, hn::ShiftLeft<4 * (kStart - 8)>(nibble));
-    if constexpr (kError) SquaredTerms<false>(hn::Mul(hn::Mul(value, scale), global), x, lo, hi);
+    if constexpr (kError) SquaredDifferences(hn::Mul(hn::Mul(value, scale), global), x, lo, hi);
   } else {
     VLD lo2, hi2;
     CandidateTree<kError, kStart, kStride * 2, kCount / 2>(columns, stride, divisor, scale, global, low_word,
@@ -207,21 +203,6 @@ HWY_INLINE void CandidateTree(const float* columns, size_t stride, VL divisor, V
       lo = hn::Add(lo, lo2);
       hi = hn::Add(hi, hi2);
     }
-  }
-}
-
-// sum_block_fp64 of double(x)^2 per lane block (block_reference_nvfp4).
-template <int kStart, int kStride, int kCount>
-HWY_INLINE void ReferenceTree(const float* columns, size_t stride, VLD& lo, VLD& hi) {
-  if constexpr (kCount == 1) {
-    const VL x = hn::LoadU(DL(), columns + size_t(kStart) * stride);
-    SquaredTerms<true>(x, x, lo, hi);
-  } else {
-    VLD lo2, hi2;
-    ReferenceTree<kStart, kStride * 2, kCount / 2>(columns, stride, lo, hi);
-    ReferenceTree<kStart + kStride, kStride * 2, kCount / 2>(columns, stride, lo2, hi2);
-    lo = hn::Add(lo, lo2);
-    hi = hn::Add(hi, hi2);
   }
 }
 
@@ -237,23 +218,68 @@ HWY_INLINE VL E2m1Value(VLI nibble) {
   return hn::Or(magnitude, hn::BitCast(dl, hn::ShiftLeft<28>(hn::And(nibble, hn::Set(di, 8)))));
 }
 
-// block_error_nvfp4 per lane block from stored nibbles (one per byte, lane layout).
-template <int kStart, int kStride, int kCount>
-HWY_INLINE void NibbleErrorTree(const float* columns, const uint8_t* nibbles, size_t stride, VL scale, VL global,
-                                VLD& lo, VLD& hi) {
-  if constexpr (kCount == 1) {
-    const DL dl;
-    const DLI di;
-    const VL x = hn::LoadU(dl, columns + size_t(kStart) * stride);
-    const VLI nibble = hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, DL>(), nibbles + size_t(kStart) * stride));
-    SquaredTerms<false>(hn::Mul(hn::Mul(E2m1Value(nibble), scale), global), x, lo, hi);
+// Element kElement's dequantized values (e2m1 * scale) * global per lane block, its nibble
+// taken from the packed words (kWords: low word = elements 0..7) or from nibble bytes in
+// lane layout.
+template <bool kWords, int kElement>
+HWY_INLINE VL DequantizedElement(const uint8_t* nibbles, size_t stride, VLU low, VLU high, VL scale, VL global) {
+  const DLI di;
+  VLI nibble;
+  if constexpr (kWords) {
+    const VLU word = kElement < 8 ? low : high;
+    nibble = hn::BitCast(di, hn::And(hn::ShiftRight<4 * (kElement % 8)>(word), hn::Set(DLU(), 0xFu)));
   } else {
-    VLD lo2, hi2;
-    NibbleErrorTree<kStart, kStride * 2, kCount / 2>(columns, nibbles, stride, scale, global, lo, hi);
-    NibbleErrorTree<kStart + kStride, kStride * 2, kCount / 2>(columns, nibbles, stride, scale, global, lo2, hi2);
-    lo = hn::Add(lo, lo2);
-    hi = hn::Add(hi, hi2);
+    nibble = hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, DL>(), nibbles + size_t(kElement) * stride));
   }
+  return hn::Mul(hn::Mul(E2m1Value(nibble), scale), global);
+}
+
+// block_report_sums_nvfp4 per lane block, before widening: fp32 terms ((deq - x) * down)^2
+// and (x * down)^2 summed in sum_block_fp32's order (the tree of CandidateTree).
+template <bool kWords, int kStart, int kStride, int kCount>
+HWY_INLINE void ReportTree(const float* columns, const uint8_t* nibbles, size_t stride, VLU low, VLU high, VL scale,
+                           VL global, VL down, VL& error, VL& reference) {
+  if constexpr (kCount == 1) {
+    const VL x = hn::LoadU(DL(), columns + size_t(kStart) * stride);
+    const VL deq = DequantizedElement<kWords, kStart>(nibbles, stride, low, high, scale, global);
+    const VL diff = hn::Mul(hn::Sub(deq, x), down), value = hn::Mul(x, down);
+    error = hn::Mul(diff, diff);
+    reference = hn::Mul(value, value);
+  } else {
+    VL error2, reference2;
+    ReportTree<kWords, kStart, kStride * 2, kCount / 2>(columns, nibbles, stride, low, high, scale, global, down,
+                                                        error, reference);
+    ReportTree<kWords, kStart + kStride, kStride * 2, kCount / 2>(columns, nibbles, stride, low, high, scale, global,
+                                                                  down, error2, reference2);
+    error = hn::Add(error, error2);
+    reference = hn::Add(reference, reference2);
+  }
+}
+
+// Lane sums widened to fp64 and multiplied twice by up (exact: a power of two), out[0..N).
+HWY_INLINE void StoreWidened(VL sum, VL up, double* out) {
+  const DLD dd;
+  const DLH dh;
+  const VLD up_lo = hn::PromoteTo(dd, hn::LowerHalf(dh, up)), up_hi = hn::PromoteTo(dd, hn::UpperHalf(dh, up));
+  hn::StoreU(hn::Mul(hn::Mul(hn::PromoteTo(dd, hn::LowerHalf(dh, sum)), up_lo), up_lo), dd, out);
+  hn::StoreU(hn::Mul(hn::Mul(hn::PromoteTo(dd, hn::UpperHalf(dh, sum)), up_hi), up_hi), dd, out + hn::Lanes(dd));
+}
+
+// block_report_sums_nvfp4 of N lane blocks whose amax is known, into errors / references.
+template <bool kWords>
+HWY_INLINE void ReportLanes(const float* columns, const uint8_t* nibbles, size_t stride, VLU low, VLU high, VLI code,
+                            VL amax, float global_scale, double* errors, double* references) {
+  const DL dl;
+  const DLU du;
+  // report_scale_of_amax: E = clamp(biased exponent, 1, 253), down = 2^(127-E), up = 2^(E-127).
+  const VLU exponent = hn::Min(hn::Max(hn::ShiftRight<23>(hn::BitCast(du, amax)), hn::Set(du, 1u)), hn::Set(du, 253u));
+  const VL down = hn::BitCast(dl, hn::ShiftLeft<23>(hn::Sub(hn::Set(du, 254u), exponent)));
+  const VL up = hn::BitCast(dl, hn::ShiftLeft<23>(exponent));
+  VL error, reference;
+  ReportTree<kWords, 0, 1, Nvfp4::block>(columns, nibbles, stride, low, high, E4m3ValueOfPositive(code),
+                                         hn::Set(dl, global_scale), down, error, reference);
+  StoreWidened(error, up, errors);
+  StoreWidened(reference, up, references);
 }
 
 HWY_INLINE VL BlockAmax(const float* columns, size_t stride) {
@@ -318,10 +344,12 @@ HWY_INLINE int DistinctCodeSlots(VL amax, hn::Mask<DL> zero, VL six_global, cons
 struct LaneOutputs {
   uint8_t* codes;      // N scale codes
   uint32_t* packed;    // N x 2 words of packed nibbles (8 bytes per block), or null
-  double* errors;      // N block errors (sum_block_fp64 of the chosen nibbles), or null
+  double* errors;      // N block_report_sums_nvfp4 of the chosen nibbles, or null
+  double* references;  // (with errors)
 };
 
 // choose_and_quantize_block_nvfp4 on N lane blocks at once, counters for lanes < counted.
+// kError: the candidates' fp64 errors decide (the MSE search; one candidate needs none).
 // Candidates are walked from the largest alpha down and a lane moves only on a strictly
 // smaller error, so exact ties keep the larger alpha; a candidate whose code equals the
 // lane's best gives the same error and never moves it (the ref's skip).
@@ -386,10 +414,9 @@ void ChooseLanes(const float* columns, size_t stride, float global_scale, const 
     stats.candidate_wins[k] += hn::CountTrue(di, hn::And(hn::Eq(best_k, hn::Set(di, k)), counted_i));
   hn::StoreU(hn::DemoteTo(hn::Rebind<uint8_t, DLI>(), best_code), hn::Rebind<uint8_t, DLI>(), out.codes);
   if (out.packed != nullptr) hn::StoreInterleaved2(best_low, best_high, du, out.packed);
-  if (out.errors != nullptr) {
-    hn::StoreU(best_lo, dd, out.errors);
-    hn::StoreU(best_hi, dd, out.errors + hn::Lanes(dd));
-  }
+  if (out.errors != nullptr)
+    ReportLanes<true>(columns, nullptr, stride, best_low, best_high, best_code, amax, global_scale, out.errors,
+                      out.references);
 }
 
 // N consecutive blocks of a row into lane layout: columns[e * N + l] = x[16 l + e], by two
@@ -419,40 +446,27 @@ void TransposeBlocks(const float* x, float* columns) {
 // Blocks [b, b + N) of a row through the lane chooser; stats added in block order.
 void QuantizeLaneBlocks(const float* x, float global_scale, const float* alphas, int candidates, uint8_t* packed,
                         uint8_t* scales, BlockStats& stats) {
-  const DL dl;
-  const DLD dd;
-  const size_t n = hn::Lanes(dl);
+  const size_t n = hn::Lanes(DL());
   HWY_ALIGN float columns[Nvfp4::block * kMaxLanes];
   HWY_ALIGN double errors[kMaxLanes], references[kMaxLanes];
   TransposeBlocks(x, columns);
   // The row's bytes are 4-byte words on every Highway target (x86 and Arm, little-endian).
-  ChooseLanes<true>(columns, n, global_scale, alphas, candidates, n,
-                    LaneOutputs{scales, reinterpret_cast<uint32_t*>(packed), errors}, stats);
-  VLD lo = hn::Zero(dd), hi = hn::Zero(dd);
-  ReferenceTree<0, 1, Nvfp4::block>(columns, n, lo, hi);
-  hn::StoreU(lo, dd, references);
-  hn::StoreU(hi, dd, references + hn::Lanes(dd));
+  const LaneOutputs out{scales, reinterpret_cast<uint32_t*>(packed), errors, references};
+  if (candidates == 1) ChooseLanes<false>(columns, n, global_scale, alphas, 1, n, out, stats);
+  else ChooseLanes<true>(columns, n, global_scale, alphas, candidates, n, out, stats);
   for (size_t l = 0; l < n; ++l) {
     stats.error_sq += errors[l];
     stats.reference_sq += references[l];
   }
 }
 
-// block_error_nvfp4 and block_reference_nvfp4 of N lane blocks.
+// block_report_sums_nvfp4 of N lane blocks from nibble bytes.
 void LaneBlockErrors(const float* columns, const uint8_t* nibbles, size_t stride, const uint8_t* codes,
                      float global_scale, double* errors, double* references) {
-  const DL dl;
-  const DLD dd;
-  const size_t half = hn::Lanes(dd);
+  const DLU du;
   const VLI code = hn::PromoteTo(DLI(), hn::LoadU(hn::Rebind<uint8_t, DL>(), codes));
-  VLD lo, hi;
-  NibbleErrorTree<0, 1, Nvfp4::block>(columns, nibbles, stride, E4m3ValueOfPositive(code), hn::Set(dl, global_scale),
-                                      lo, hi);
-  hn::StoreU(lo, dd, errors);
-  hn::StoreU(hi, dd, errors + half);
-  ReferenceTree<0, 1, Nvfp4::block>(columns, stride, lo, hi);
-  hn::StoreU(lo, dd, references);
-  hn::StoreU(hi, dd, references + half);
+  ReportLanes<false>(columns, nibbles, stride, hn::Zero(du), hn::Zero(du), code, BlockAmax(columns, stride),
+                     global_scale, errors, references);
 }
 
 #endif // HWY_TARGET != HWY_SCALAR
@@ -461,7 +475,7 @@ void LaneBlockErrors(const float* columns, const uint8_t* nibbles, size_t stride
 void QuantizeBlock(const float* block, float global_scale, const float* alphas, int candidates, uint8_t* packed,
                    uint8_t* scale_code, BlockStats& stats) {
   HWY_ALIGN uint8_t nibbles[Nvfp4::block], best_nibbles[Nvfp4::block];
-  HWY_ALIGN float deq[Nvfp4::block];
+  HWY_ALIGN float deq[Nvfp4::block], best_deq[Nvfp4::block];
   const float amax = block_amax(block);
   ++stats.blocks;
   if (amax == 0.0f) ++stats.zero_blocks;
@@ -474,19 +488,21 @@ void QuantizeBlock(const float* block, float global_scale, const float* alphas, 
     const uint8_t code = nvfp4_block_scale_code(amax, alphas[k], global_scale);
     if (best_k >= 0 && code == best_code) continue;
     quantize_block(block, code, global_scale, nibbles, deq);
-    const double error = block_sum_sq(deq, block);
+    const double error = candidates == 1 ? 0.0 : block_error_of(deq, block);
     if (best_k < 0 || error < best_error) {
       best_k = k;
       best_code = code;
       best_error = error;
       std::memcpy(best_nibbles, nibbles, sizeof nibbles);
+      std::memcpy(best_deq, deq, sizeof deq);
     }
   }
   ++stats.candidate_wins[best_k];
   *scale_code = best_code;
   pack_block(best_nibbles, packed);
-  stats.error_sq += best_error;
-  stats.reference_sq += block_sum_sq(block, nullptr);
+  const BlockSums sums = block_report_sums_nvfp4(block, best_deq);
+  stats.error_sq += sums.error_sq;
+  stats.reference_sq += sums.reference_sq;
 }
 
 void QuantizeRowNvfp4(const float* x, int cols, float global_scale, const ScaleSearch& search, uint8_t* packed,
@@ -515,7 +531,7 @@ void ChooseBlockScalesLanes(const float* columns, size_t stride, int lanes, int 
   if (n >= 4) {
     for (size_t l = 0; l < size_t(lanes); l += n) {
       const size_t lanes_counted = size_t(counted) > l ? std::min(n, size_t(counted) - l) : 0;
-      const LaneOutputs out{codes + l, nullptr, nullptr};
+      const LaneOutputs out{codes + l, nullptr, nullptr, nullptr};
       if (search.candidates == 1)
         ChooseLanes<false>(columns + l, stride, global_scale, alphas.data(), 1, lanes_counted, out, stats);
       else
@@ -552,8 +568,11 @@ void BlockErrorsLanes(const float* columns, const uint8_t* nibbles, size_t strid
       block[e] = columns[size_t(e) * stride + size_t(l)];
       block_nibbles[e] = nibbles[size_t(e) * stride + size_t(l)];
     }
-    errors[l] = block_error_nvfp4(block, block_nibbles, codes[l], global_scale);
-    references[l] = block_reference_nvfp4(block);
+    float deq[Nvfp4::block];
+    for (int e = 0; e < Nvfp4::block; ++e) deq[e] = dequantize_nvfp4(block_nibbles[e], codes[l], global_scale);
+    const BlockSums sums = block_report_sums_nvfp4(block, deq);
+    errors[l] = sums.error_sq;
+    references[l] = sums.reference_sq;
   }
 }
 

@@ -1,7 +1,7 @@
 // NVFP4 block kernels on CUDA: one thread per block of 16, the scalar reference's steps
 // (kernels/cpu/nvfp4_ref.cpp, kernels/formats.*) with every fp32/fp64 operation rounded
-// explicitly (__fmul_rn, __fdiv_rn, __dmul_rn, __dadd_rn: nvcc may not contract them into
-// FMAs) so the results equal the CPU's bit for bit. Compiled as C++17 by nvcc, so the
+// explicitly (__fmul_rn, __fdiv_rn, __fadd_rn, __dmul_rn, __dadd_rn: nvcc may not contract
+// them into FMAs) so the results equal the CPU's bit for bit (denormals kept: no -ftz). Compiled as C++17 by nvcc, so the
 // C++20 format headers are not included: the few constants are repeated here.
 #include <cuda_runtime.h>
 
@@ -66,6 +66,13 @@ __device__ double fold_block(double* t) {
   return t[0];
 }
 
+// sum_block_fp32: the same fold in fp32.
+__device__ float fold_block(float* t) {
+  for (int half = kBlock / 2; half >= 1; half /= 2)
+    for (int i = 0; i < half; ++i) t[i] = __fadd_rn(t[i], t[i + half]);
+  return t[0];
+}
+
 // block_error_nvfp4: (double(deq) - double(x))^2, deq = (e2m1 * scale) * global.
 __device__ double block_error(const float* x, const uint8_t* nibbles, float scale, float global_scale) {
   double terms[kBlock];
@@ -77,12 +84,31 @@ __device__ double block_error(const float* x, const uint8_t* nibbles, float scal
   return fold_block(terms);
 }
 
+// block_report_sums_nvfp4: scale p = 2^(127 - E), E = clamp(amax exponent, 1, 253); fp32
+// terms ((deq - x) * p)^2 and (x * p)^2 folded, widened, times 2^(E - 127) twice (exact).
+__device__ void report_sums(const float* x, float amax, const uint8_t* nibbles, float scale, float global_scale,
+                            double* error, double* reference) {
+  uint32_t exponent = __float_as_uint(amax) >> 23;
+  exponent = exponent < 1u ? 1u : (exponent > 253u ? 253u : exponent);
+  const float down = __uint_as_float((254u - exponent) << 23);
+  const double up = double(__uint_as_float(exponent << 23));
+  float errors[kBlock], references[kBlock];
+  for (int i = 0; i < kBlock; ++i) {
+    const float deq = __fmul_rn(__fmul_rn(e2m1_value(nibbles[i]), scale), global_scale);
+    const float diff = __fmul_rn(__fsub_rn(deq, x[i]), down), value = __fmul_rn(x[i], down);
+    errors[i] = __fmul_rn(diff, diff);
+    references[i] = __fmul_rn(value, value);
+  }
+  *error = __dmul_rn(__dmul_rn(double(fold_block(errors)), up), up);
+  *reference = __dmul_rn(__dmul_rn(double(fold_block(references)), up), up);
+}
+
 struct Candidates {
   float alpha[kMaxCandidates];
   int count;
 };
 
-// choose_and_quantize_block_nvfp4 + the row kernel's per-block sums, one block per thread.
+// choose_and_quantize_block_nvfp4 + the row kernel's per-block report sums, one block per thread.
 __global__ void quantize_blocks_kernel(const float* x, size_t blocks, float global_scale, Candidates candidates,
                                        uint8_t* packed, uint8_t* scales, double* errors, double* references,
                                        int8_t* best_ks, uint8_t* flags) {
@@ -113,7 +139,7 @@ __global__ void quantize_blocks_kernel(const float* x, size_t blocks, float glob
     const float scale = e4m3_value(code);
     const float divisor = __fmul_rn(scale, global_scale);
     for (int i = 0; i < kBlock; ++i) trial[i] = e2m1_nibble(__fdiv_rn(v[i], divisor));
-    const double error = block_error(v, trial, scale, global_scale);
+    const double error = candidates.count == 1 ? 0.0 : block_error(v, trial, scale, global_scale);
     if (best_k < 0 || error < best_error) {
       best_k = k;
       best_code = code;
@@ -121,13 +147,10 @@ __global__ void quantize_blocks_kernel(const float* x, size_t blocks, float glob
       for (int i = 0; i < kBlock; ++i) best_nibbles[i] = trial[i];
     }
   }
-  double squares[kBlock];
-  for (int i = 0; i < kBlock; ++i) squares[i] = __dmul_rn(double(v[i]), double(v[i]));
   for (int i = 0; i < kBlock; i += 2)
     packed[b * (kBlock / 2) + i / 2] = uint8_t(best_nibbles[i + 1] << 4 | (best_nibbles[i] & 0xF));
   scales[b] = best_code;
-  errors[b] = best_error; // with one candidate too: the error of the chosen nibbles
-  references[b] = fold_block(squares);
+  report_sums(v, amax, best_nibbles, e4m3_value(best_code), global_scale, &errors[b], &references[b]);
   best_ks[b] = int8_t(best_k);
   flags[b] = uint8_t((zero ? 1 : 0) | (underflow ? 2 : 0));
 }

@@ -25,7 +25,7 @@ const char* quantize_rows_nvfp4_cuda(const float* x, int rows, int cols, float g
 namespace cuda_detail {
 
 // Per-block results of `blocks` consecutive blocks of 16 (host memory): 8 packed bytes and
-// one scale code per block, its sum_block_fp64 error and reference, the winning candidate
+// one scale code per block, its block_report_sums_nvfp4 sums, the winning candidate
 // and flags (bit 0: zero block, bit 1: scale underflow). alphas: the candidates' fp32
 // multipliers (ScaleSearch::alphas). Returns nullptr or the CUDA error's text.
 const char* quantize_blocks_nvfp4_device(const float* x, size_t blocks, float global_scale, const float* alphas,

@@ -253,3 +253,65 @@ TEST(Nvfp4Ref, SumBlockFp64FoldsInHalves) {
   // Fold: t0 + t8 = 0; every other pair 2 -> total 14.
   EXPECT_EQ(sum_block_fp64(terms), 14.0);
 }
+
+TEST(Nvfp4Ref, SumBlockFp32FoldsInHalves) {
+  // As above in fp32: left to right, 1e8 + 1 == 1e8 (ulp 8) would lose the ones.
+  float terms[16] = {1e8f, 1, 1, 1, 1, 1, 1, 1, -1e8f, 1, 1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(sum_block_fp32(terms), 14.0f);
+}
+
+namespace {
+
+// The exact sums of one block in long double (64-bit mantissa: exact squares of fp32 differences).
+BlockSums long_double_sums(const float* x, const float* deq) {
+  long double error = 0, reference = 0;
+  for (int i = 0; i < 16; ++i) {
+    const long double diff = (long double)deq[i] - (long double)x[i];
+    error += diff * diff;
+    reference += (long double)x[i] * x[i];
+  }
+  return {double(error), double(reference)};
+}
+
+} // namespace
+
+// The report rule's promise: each sum within 2^-21 relative of the exact one, plus the
+// terms below fp32's subnormal range at the block's scale (16 * 2^-149 * (1/p)^2).
+TEST(Nvfp4Ref, ReportSumsAreWithinTheFp32BoundOfExactSums) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> magnitude(-148.0f, 126.0f);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int huge_blocks = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const float level = std::exp2(magnitude(rng)), spread = float(trial % 5) * 4.0f;
+    float x[16];
+    for (float& v : x) v = std::clamp(normal(rng) * level * std::exp2(-spread * std::fabs(normal(rng))), -3e38f, 3e38f);
+    const float global = Nvfp4::global_scale(std::max(*std::max_element(x, x + 16), -*std::min_element(x, x + 16)));
+    uint8_t nibbles[16];
+    BlockStats unused;
+    const uint8_t code = choose_and_quantize_block_nvfp4(x, global, kRtn, nibbles, unused);
+    float deq[16];
+    for (int i = 0; i < 16; ++i) deq[i] = dequantize_nvfp4(nibbles[i], code, global);
+    const BlockSums got = block_report_sums_nvfp4(x, deq), exact = long_double_sums(x, deq);
+    float amax = 0.0f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    const double up = report_scale_of_amax(amax).up;
+    const double floor = 16.0 * 0x1p-149 * up * up;
+    huge_blocks += exact.reference_sq > 0x1p128; // fp32 squares of these would overflow
+    ASSERT_TRUE(std::isfinite(got.error_sq) && std::isfinite(got.reference_sq)) << "trial " << trial;
+    EXPECT_LE(std::fabs(got.error_sq - exact.error_sq), 0x1p-21 * exact.error_sq + floor) << "trial " << trial;
+    EXPECT_LE(std::fabs(got.reference_sq - exact.reference_sq), 0x1p-21 * exact.reference_sq + floor)
+        << "trial " << trial;
+  }
+  EXPECT_GT(huge_blocks, 100);
+}
+
+TEST(Nvfp4Ref, ReportScaleIsThePowerOfTwoOfTheBlockAmax) {
+  EXPECT_EQ(report_scale_of_amax(1.0f).down, 1.0f);
+  EXPECT_EQ(report_scale_of_amax(1.5f).up, 1.0f);
+  EXPECT_EQ(report_scale_of_amax(3.0f).down, 0.5f);
+  EXPECT_EQ(report_scale_of_amax(0x1.8p-100f).up, 0x1p-100f);
+  EXPECT_EQ(report_scale_of_amax(0.0f).down, 0x1p126f); // zero and subnormal amax: E = 1
+  EXPECT_EQ(report_scale_of_amax(0x1p-140f).up, 0x1p-126f);
+  EXPECT_EQ(report_scale_of_amax(3e38f).down, 0x1p-126f); // E = 254 clamps to 253
+}

@@ -101,6 +101,9 @@ TEST(Nvfp4Simd, HugeDynamicRangeEqualRef) {
     const auto row = random_values(rng, 2048, 60.0f);
     expect_simd_equals_ref(row, Nvfp4::global_scale(amax_of(row)), "huge range" + on);
     expect_simd_equals_ref(row, 1e-30f, "scales clamped at 448" + on);
+    // Near fp32's limits: squares of the unscaled values would overflow or flush.
+    const auto extreme = random_values(rng, 2048, 124.0f);
+    expect_simd_equals_ref(extreme, Nvfp4::global_scale(amax_of(extreme)), "extreme range" + on);
   });
 }
 
@@ -219,9 +222,11 @@ TEST(Nvfp4SimdLanes, BlockErrorsEqualScalar) {
                              references.data());
     for (int l = 0; l < lanes; ++l) {
       const float* block = blocks.data() + size_t(l) * 16;
-      const double error = block_error_nvfp4(block, nibbles.data() + size_t(l) * 16, codes[l], global);
-      EXPECT_TRUE(same_bits(errors[l], error)) << "lane " << l << on;
-      EXPECT_TRUE(same_bits(references[l], block_reference_nvfp4(block))) << "lane " << l << on;
+      float deq[Nvfp4::block];
+      for (int e = 0; e < Nvfp4::block; ++e) deq[e] = dequantize_nvfp4(nibbles[size_t(l) * 16 + e], codes[l], global);
+      const BlockSums sums = block_report_sums_nvfp4(block, deq);
+      EXPECT_TRUE(same_bits(errors[l], sums.error_sq)) << "lane " << l << on;
+      EXPECT_TRUE(same_bits(references[l], sums.reference_sq)) << "lane " << l << on;
     }
   });
 }
