@@ -332,13 +332,13 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
 
 // H' = the upper triangle of H with its diagonal halved: v^T H v = 2 v^T H' v, so the
 // quadratic forms need a triangular product (half the multiply-adds of a full GEMM).
-std::vector<double> half_upper_gram(const double* gram) {
-  std::vector<double> half(size_t(kCols) * kCols, 0.0);
+// Written into `half` (kCols^2, reused: a fresh 512 KiB buffer per call costs page faults).
+void half_upper_gram(const double* gram, std::vector<double>& half) {
+  half.assign(size_t(kCols) * kCols, 0.0);
   for (int i = 0; i < kCols; ++i) {
     half[size_t(i) * kCols + i] = 0.5 * gram[size_t(i) * kCols + i];
     for (int j = i + 1; j < kCols; ++j) half[size_t(i) * kCols + j] = gram[size_t(i) * kCols + j];
   }
-  return half;
 }
 
 // Row r's error (dequantized - original) and its original row, widened to fp64 (exact).
@@ -442,8 +442,8 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
 
 void weighted_error_rows(const double* gram, const float* original, const float* dequantized, int rows,
                          double* row_error, double* row_reference) {
-  thread_local std::vector<double> product(size_t(2) * kTile * kCols);
-  const std::vector<double> half_gram = half_upper_gram(gram);
+  thread_local std::vector<double> product(size_t(2) * kTile * kCols), half_gram;
+  half_upper_gram(gram, half_gram);
   for (int r0 = 0; r0 < rows; r0 += kTile)
     weighted_error_tile(half_gram.data(), original + size_t(r0) * kCols, dequantized + size_t(r0) * kCols,
                         std::min(kTile, rows - r0), product.data(), row_error + r0, row_reference + r0);
