@@ -147,22 +147,24 @@ HWY_INLINE VL E4m3ValueOfPositive(VLI code) {
   return hn::IfThenElse(hn::RebindMask(dl, hn::Lt(code, hn::Set(di, 8))), subnormal, normal);
 }
 
-// The ref's e2m1_from_float on q: the index is 7 minus the thresholds |q| is at or below
-// (NaN, below none, lands on 7 as in the ref); value = +-E2M1 magnitude, summed exactly.
+// The ref's e2m1_from_float on finite q, and value = its +-E2M1 value. |q| is rounded to
+// the E2M1 grid by one fp32 addition of a magic number whose ulp is the grid step there
+// (2^22: step 0.5 below 2; 2^23: 1 below 4; 2^24: 2 above), so the hardware's ties-to-even
+// on the sum's mantissa lands exactly where the ref's thresholds do (0.25 -> 0, 0.75 -> 1,
+// 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), then saturated at 6. The index follows from the
+// value: 2 * value up to 1.5, else the value's fp32 exponent and top mantissa bit.
 HWY_INLINE VLI E2m1Nibble(VL q, VL& value) {
   const DL dl;
   const DLI di;
   const VL a = hn::Abs(q);
-  const auto below = [&](auto mask) { return hn::VecFromMask(di, hn::RebindMask(di, mask)); }; // -1 or 0
-  const VLI low = hn::Add(hn::Add(below(hn::Le(a, hn::Set(dl, 0.25f))), below(hn::Lt(a, hn::Set(dl, 0.75f)))),
-                          hn::Add(below(hn::Le(a, hn::Set(dl, 1.25f))), below(hn::Lt(a, hn::Set(dl, 1.75f)))));
-  const VLI mid = hn::Add(below(hn::Le(a, hn::Set(dl, 2.5f))), below(hn::Lt(a, hn::Set(dl, 3.5f))));
-  const VLI high = below(hn::Le(a, hn::Set(dl, 5.0f)));
-  const VLI index = hn::Add(hn::Set(di, 7), hn::Add(low, hn::Add(mid, high)));
-  const VL magnitude = hn::Add(hn::Set(dl, 6.0f),
-                               hn::Add(hn::Mul(hn::ConvertTo(dl, low), hn::Set(dl, 0.5f)),
-                                       hn::Add(hn::ConvertTo(dl, mid), hn::Add(hn::ConvertTo(dl, high),
-                                                                               hn::ConvertTo(dl, high)))));
+  const VL magic = hn::IfThenElse(hn::Lt(a, hn::Set(dl, 2.0f)), hn::Set(dl, 0x1p22f),
+                                  hn::IfThenElse(hn::Lt(a, hn::Set(dl, 4.0f)), hn::Set(dl, 0x1p23f), hn::Set(dl, 0x1p24f)));
+  const VL magnitude = hn::Min(hn::Sub(hn::Add(a, magic), magic), hn::Set(dl, 6.0f));
+  // (bits >> 22) - 252: 1 -> 2, 1.5 -> 3, 2 -> 4, 3 -> 5, 4 -> 6, 6 -> 7; below 1 it is <= 0
+  // and 2 * value (0 or 1) is the index, while above 1 it is at most the exponent form.
+  const VLI from_bits = hn::Sub(hn::ShiftRight<22>(hn::BitCast(di, magnitude)), hn::Set(di, 252));
+  const VLI from_double = hn::Min(hn::ConvertTo(di, hn::Add(magnitude, magnitude)), hn::Set(di, 2));
+  const VLI index = hn::Max(from_bits, from_double);
   const auto negative = hn::Lt(q, hn::Zero(dl));
   value = hn::IfThenElse(negative, hn::Neg(magnitude), magnitude);
   return hn::Or(index, hn::IfThenElseZero(hn::RebindMask(di, negative), hn::Set(di, 8)));
@@ -179,12 +181,14 @@ HWY_INLINE void SquaredDifferences(VL a, VL b, VLD& lo, VLD& hi) {
 }
 
 // One candidate scale over the elements of N lane blocks. Elements are visited in the
-// order of sum_block_fp64's fold (a fold in halves is the pairwise tree over elements
-// 0,8,4,12,2,10,6,14,1,...): Tree<start, stride, count> sums elements start + i * stride.
-// Each element also ORs its nibble into the packed words (low word: elements 0..7).
-template <bool kError, int kStart, int kStride, int kCount>
-HWY_INLINE void CandidateTree(const float* columns, size_t stride, VL divisor, VL scale, VL global, VLU& low_word,
-                              VLU& high_word, VLD& lo, VLD& hi) {
+// order of the fold in halves (sum_block_fp64's and sum_block_fp32's: the pairwise tree
+// over elements 0,8,4,12,2,10,6,14,1,...): Tree<start, stride, count> sums elements
+// start + i * stride. Each element also ORs its nibble into the packed words (low word:
+// elements 0..7). kError: the fp64 error terms of the MSE search into lo / hi. kReport:
+// block_report_sums_nvfp4's fp32 terms (scaled by down) into error32 / reference32.
+template <bool kError, bool kReport, int kStart, int kStride, int kCount>
+HWY_INLINE void CandidateTree(const float* columns, size_t stride, VL divisor, VL scale, VL global, VL down,
+                              VLU& low_word, VLU& high_word, VLD& lo, VLD& hi, VL& error32, VL& reference32) {
   if constexpr (kCount == 1) {
     const DLU du;
     const VL x = hn::LoadU(DL(), columns + size_t(kStart) * stride);
@@ -192,16 +196,27 @@ HWY_INLINE void CandidateTree(const float* columns, size_t stride, VL divisor, V
     const VLU nibble = hn::BitCast(du, E2m1Nibble(hn::Div(x, divisor), value));
     if constexpr (kStart < 8) low_word = hn::Or(low_word, hn::ShiftLeft<4 * kStart>(nibble));
     else high_word = hn::Or(high_word, hn::ShiftLeft<4 * (kStart - 8)>(nibble));
-    if constexpr (kError) SquaredDifferences(hn::Mul(hn::Mul(value, scale), global), x, lo, hi);
+    const VL deq = hn::Mul(hn::Mul(value, scale), global);
+    if constexpr (kError) SquaredDifferences(deq, x, lo, hi);
+    if constexpr (kReport) {
+      const VL diff = hn::Mul(hn::Sub(deq, x), down), scaled = hn::Mul(x, down);
+      error32 = hn::Mul(diff, diff);
+      reference32 = hn::Mul(scaled, scaled);
+    }
   } else {
     VLD lo2, hi2;
-    CandidateTree<kError, kStart, kStride * 2, kCount / 2>(columns, stride, divisor, scale, global, low_word,
-                                                          high_word, lo, hi);
-    CandidateTree<kError, kStart + kStride, kStride * 2, kCount / 2>(columns, stride, divisor, scale, global,
-                                                                     low_word, high_word, lo2, hi2);
+    VL error2, reference2;
+    CandidateTree<kError, kReport, kStart, kStride * 2, kCount / 2>(columns, stride, divisor, scale, global, down,
+                                                                   low_word, high_word, lo, hi, error32, reference32);
+    CandidateTree<kError, kReport, kStart + kStride, kStride * 2, kCount / 2>(
+        columns, stride, divisor, scale, global, down, low_word, high_word, lo2, hi2, error2, reference2);
     if constexpr (kError) {
       lo = hn::Add(lo, lo2);
       hi = hn::Add(hi, hi2);
+    }
+    if constexpr (kReport) {
+      error32 = hn::Add(error32, error2);
+      reference32 = hn::Add(reference32, reference2);
     }
   }
 }
@@ -265,16 +280,23 @@ HWY_INLINE void StoreWidened(VL sum, VL up, double* out) {
   hn::StoreU(hn::Mul(hn::Mul(hn::PromoteTo(dd, hn::UpperHalf(dh, sum)), up_hi), up_hi), dd, out + hn::Lanes(dd));
 }
 
+// report_scale_of_amax per lane: E = clamp(biased exponent, 1, 253), down = 2^(127 - E),
+// up = 2^(E - 127).
+HWY_INLINE void ReportScales(VL amax, VL& down, VL& up) {
+  const DL dl;
+  const DLU du;
+  const VLU exponent = hn::Min(hn::Max(hn::ShiftRight<23>(hn::BitCast(du, amax)), hn::Set(du, 1u)), hn::Set(du, 253u));
+  down = hn::BitCast(dl, hn::ShiftLeft<23>(hn::Sub(hn::Set(du, 254u), exponent)));
+  up = hn::BitCast(dl, hn::ShiftLeft<23>(exponent));
+}
+
 // block_report_sums_nvfp4 of N lane blocks whose amax is known, into errors / references.
 template <bool kWords>
 HWY_INLINE void ReportLanes(const float* columns, const uint8_t* nibbles, size_t stride, VLU low, VLU high, VLI code,
                             VL amax, float global_scale, double* errors, double* references) {
   const DL dl;
-  const DLU du;
-  // report_scale_of_amax: E = clamp(biased exponent, 1, 253), down = 2^(127-E), up = 2^(E-127).
-  const VLU exponent = hn::Min(hn::Max(hn::ShiftRight<23>(hn::BitCast(du, amax)), hn::Set(du, 1u)), hn::Set(du, 253u));
-  const VL down = hn::BitCast(dl, hn::ShiftLeft<23>(hn::Sub(hn::Set(du, 254u), exponent)));
-  const VL up = hn::BitCast(dl, hn::ShiftLeft<23>(exponent));
+  VL down, up;
+  ReportScales(amax, down, up);
   VL error, reference;
   ReportTree<kWords, 0, 1, Nvfp4::block>(columns, nibbles, stride, low, high, E4m3ValueOfPositive(code),
                                          hn::Set(dl, global_scale), down, error, reference);
@@ -350,10 +372,12 @@ struct LaneOutputs {
 
 // choose_and_quantize_block_nvfp4 on N lane blocks at once, counters for lanes < counted.
 // kError: the candidates' fp64 errors decide (the MSE search; one candidate needs none).
+// kReport: out.errors / out.references get the chosen nibbles' block_report_sums_nvfp4
+// (with one candidate straight from its values, with the search from the packed words).
 // Candidates are walked from the largest alpha down and a lane moves only on a strictly
 // smaller error, so exact ties keep the larger alpha; a candidate whose code equals the
 // lane's best gives the same error and never moves it (the ref's skip).
-template <bool kError>
+template <bool kError, bool kReport>
 void ChooseLanes(const float* columns, size_t stride, float global_scale, const float* alphas, int candidates,
                  size_t counted, const LaneOutputs& out, BlockStats& stats) {
   const DL dl;
@@ -380,14 +404,17 @@ void ChooseLanes(const float* columns, size_t stride, float global_scale, const 
   VLI best_code = hn::Zero(di), best_k = hn::Zero(di);
   VLU best_low = hn::Zero(du), best_high = hn::Zero(du);
   VLD best_lo = hn::Zero(dd), best_hi = hn::Zero(dd);
+  VL down = hn::Zero(dl), up = hn::Zero(dl), error32 = hn::Zero(dl), reference32 = hn::Zero(dl);
+  if constexpr (kReport) ReportScales(amax, down, up);
   for (int slot = 0; slot < slots; ++slot) {
     const VLI code = hn::Load(di, slot_codes + size_t(slot) * n);
     const VLI k = hn::Load(di, slot_ks + size_t(slot) * n);
     const VL scale = E4m3ValueOfPositive(code);
     VLU low = hn::Zero(du), high = hn::Zero(du);
     VLD lo = hn::Zero(dd), hi = hn::Zero(dd);
-    CandidateTree<kError, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale, global, low, high, lo,
-                                              hi);
+    // Without a search there is one slot: its report terms are computed on the way.
+    CandidateTree<kError, kReport && !kError, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale,
+                                                                  global, down, low, high, lo, hi, error32, reference32);
     if (slot == 0) {
       best_code = code;
       best_k = k;
@@ -414,9 +441,13 @@ void ChooseLanes(const float* columns, size_t stride, float global_scale, const 
     stats.candidate_wins[k] += hn::CountTrue(di, hn::And(hn::Eq(best_k, hn::Set(di, k)), counted_i));
   hn::StoreU(hn::DemoteTo(hn::Rebind<uint8_t, DLI>(), best_code), hn::Rebind<uint8_t, DLI>(), out.codes);
   if (out.packed != nullptr) hn::StoreInterleaved2(best_low, best_high, du, out.packed);
-  if (out.errors != nullptr)
+  if constexpr (kReport && kError) {
     ReportLanes<true>(columns, nullptr, stride, best_low, best_high, best_code, amax, global_scale, out.errors,
                       out.references);
+  } else if constexpr (kReport) {
+    StoreWidened(error32, up, out.errors);
+    StoreWidened(reference32, up, out.references);
+  }
 }
 
 // N consecutive blocks of a row into lane layout: columns[e * N + l] = x[16 l + e], by two
@@ -452,12 +483,16 @@ void QuantizeLaneBlocks(const float* x, float global_scale, const float* alphas,
   TransposeBlocks(x, columns);
   // The row's bytes are 4-byte words on every Highway target (x86 and Arm, little-endian).
   const LaneOutputs out{scales, reinterpret_cast<uint32_t*>(packed), errors, references};
-  if (candidates == 1) ChooseLanes<false>(columns, n, global_scale, alphas, 1, n, out, stats);
-  else ChooseLanes<true>(columns, n, global_scale, alphas, candidates, n, out, stats);
+  if (candidates == 1) ChooseLanes<false, true>(columns, n, global_scale, alphas, 1, n, out, stats);
+  else ChooseLanes<true, true>(columns, n, global_scale, alphas, candidates, n, out, stats);
+  // In registers (stats may alias errors as far as the compiler knows), blocks in order.
+  double error_sq = stats.error_sq, reference_sq = stats.reference_sq;
   for (size_t l = 0; l < n; ++l) {
-    stats.error_sq += errors[l];
-    stats.reference_sq += references[l];
+    error_sq += errors[l];
+    reference_sq += references[l];
   }
+  stats.error_sq = error_sq;
+  stats.reference_sq = reference_sq;
 }
 
 // block_report_sums_nvfp4 of N lane blocks from nibble bytes.
@@ -533,10 +568,10 @@ void ChooseBlockScalesLanes(const float* columns, size_t stride, int lanes, int 
       const size_t lanes_counted = size_t(counted) > l ? std::min(n, size_t(counted) - l) : 0;
       const LaneOutputs out{codes + l, nullptr, nullptr, nullptr};
       if (search.candidates == 1)
-        ChooseLanes<false>(columns + l, stride, global_scale, alphas.data(), 1, lanes_counted, out, stats);
+        ChooseLanes<false, false>(columns + l, stride, global_scale, alphas.data(), 1, lanes_counted, out, stats);
       else
-        ChooseLanes<true>(columns + l, stride, global_scale, alphas.data(), search.candidates, lanes_counted, out,
-                          stats);
+        ChooseLanes<true, false>(columns + l, stride, global_scale, alphas.data(), search.candidates, lanes_counted,
+                                 out, stats);
     }
     return;
   }

@@ -33,15 +33,21 @@ void expect_simd_equals_ref(const std::vector<float>& row, float global, const s
   }
 }
 
-// Blocks whose quotients x / (s * global) land exactly on every E2M1 midpoint and code,
-// both signs, for several exact E4M3 scales s (amax = 6 * s fixes the scale).
+// Blocks whose quotients x / (s * global) land exactly on every E2M1 midpoint and code and
+// one ulp either side, both signs, for several exact E4M3 scales s (amax = 6 * s fixes the
+// scale).
 std::vector<float> tie_row() {
-  const float quotients[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f};
+  const float quotients[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   std::vector<float> row;
   for (float scale : {0x1p-9f, 0.1875f, 1.0f, 1.125f, 448.0f}) {
     for (int sign = 0; sign < 2; ++sign) {
-      row.push_back(6.0f * scale); // sets amax
-      for (float q : quotients) row.push_back((sign ? -q : q) * scale);
+      for (float q : quotients) {
+        // The midpoint or code itself, then one ulp either side of it.
+        for (float at : {q, std::nextafter(q, 0.0f), std::nextafter(q, 8.0f)}) {
+          if (row.size() % 16 == 0) row.push_back(6.0f * scale); // each block's amax sets its scale
+          row.push_back((sign ? -at : at) * scale);
+        }
+      }
       while (row.size() % 16) row.push_back(sign ? -0.0f : 0.0f);
     }
   }
