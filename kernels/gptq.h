@@ -64,24 +64,33 @@ void gptq_quantize_rows_ref(const float* x, int rows, const float* upper, float 
 void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float global_scale,
                             const ScaleSearch& search, uint8_t* packed, uint8_t* scales, BlockStats& stats);
 
-// Weighted error through the undamped Gram H (256x256, fp64): adds sum_r e_r^T H e_r to
-// error_sq and sum_r x_r^T H x_r to reference_sq, e_r = deq_r - x_r, all in fp64, rows in
-// order (weighted_rel_error = error_sq / reference_sq = sum ||W_c e||^2 / sum ||W_c x||^2).
-// Computed per kGptqRowTile rows as one fp64 triangular product of fixed shape ([E; X] H',
-// H' = upper triangle of H, diagonal halved: v^T H v = 2 v^T H' v), so the result does not
-// depend on how rows are split either (~66K fp64 FMA per row at BLAS speed; the weighted
-// error is most of a gptq-mse run's arithmetic). The figure depends on the BLAS kernel
-// (not the output bytes): OpenBLAS DYNAMIC_ARCH picks it by CPU, so set OPENBLAS_CORETYPE
-// on a cluster of mixed CPUs to keep reports identical across rank counts.
-// Per row: row_error[r] = e_r^T H e_r, row_reference[r] = x_r^T H x_r (fp64, fixed tiles).
-void weighted_error_rows(const double* gram, const float* original, const float* dequantized, int rows,
+// The undamped Gram H of a hash column as the weighted error uses it: H = P^T G^T G P with
+// G upper triangular (fp32, row-major 256x256) and P the permutation (P v)[k] = v[order[k]]
+// (a pivoted LDL^T, G = D^1/2 L^T; stages/factors.h gram_root makes it). Then v^T H v =
+// ||G P v||^2: a sum of squares, which fp32 products keep to ~1e-6 relative, where the
+// quadratic form itself cancels (H's condition reaches 1e6).
+struct GramRoot {
+  std::vector<float> upper;
+  std::vector<int32_t> order;
+};
+
+// Weighted error through H: adds sum_r ||G P e_r||^2 to error_sq and sum_r ||G P x_r||^2 to
+// reference_sq, e_r = deq_r - x_r (fp32), rows in order (weighted_rel_error = error_sq /
+// reference_sq = sum ||W_c e||^2 / sum ||W_c x||^2). Computed per kGptqRowTile rows as one
+// fp32 triangular product of fixed shape ([E; X] P^T G^T) and fp64 sums of the squares in
+// column order, so the result does not depend on how rows are split either (~33K fp32 FMA
+// per vector at BLAS speed, still most of a gptq-mse run's arithmetic). The figure depends
+// on the BLAS kernel (not the output bytes): OpenBLAS DYNAMIC_ARCH picks it by CPU, so set
+// OPENBLAS_CORETYPE on a cluster of mixed CPUs to keep reports identical across rank counts.
+// Per row: row_error[r] = e_r^T H e_r, row_reference[r] = x_r^T H x_r.
+void weighted_error_rows(const GramRoot& root, const float* original, const float* dequantized, int rows,
                          double* row_error, double* row_reference);
 
-void add_weighted_error(const double* gram, const float* original, const float* dequantized, int rows,
+void add_weighted_error(const GramRoot& root, const float* original, const float* dequantized, int rows,
                         double& error_sq, double& reference_sq);
 
 // Same, from the NVFP4 output (dequantizes each row first).
-void add_weighted_error_nvfp4(const double* gram, const float* original, const uint8_t* packed,
+void add_weighted_error_nvfp4(const GramRoot& root, const float* original, const uint8_t* packed,
                               const uint8_t* scales, float global_scale, int rows, double& error_sq,
                               double& reference_sq);
 

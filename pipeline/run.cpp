@@ -16,6 +16,7 @@
 #include "pipeline/plan.h"
 #include "pipeline/signals.h"
 #include "pipeline/worker.h"
+#include "stages/factors.h"
 #include "stages/pack.h"
 
 namespace shardq {
@@ -225,7 +226,8 @@ struct RankLoop {
     auto factors = std::make_shared<LayerFactors>();
     factors->layer = plan.tables[size_t(table)].layer;
     for (size_t c = 0; c < columns; ++c) {
-      factors->gram.emplace_back(gram + c * matrix, gram + (c + 1) * matrix);
+      factors->roots.push_back(gram_root(std::vector<double>(gram + c * matrix, gram + (c + 1) * matrix),
+                                         factors->layer, int(c)));
       factors->upper.push_back(gptq_factor_fp32(upper + c * matrix));
     }
     worker.install_factors(size_t(table), std::move(factors));

@@ -101,6 +101,23 @@ HashColumnFactor compute_column_factor(const float* wkv, int out_rows, int in_co
   return factor;
 }
 
+GramRoot gram_root(const std::vector<double>& gram, int layer, int column) {
+  const RowMatrix h = Eigen::Map<const RowMatrix>(gram.data(), N, N);
+  if (!all_finite(h)) throw StageError("factors: " + where(layer, column) + ": H_c is not finite");
+  const Eigen::LDLT<RowMatrix> ldlt(h);
+  GramRoot root;
+  root.upper.assign(size_t(N) * N, 0.0f);
+  const RowMatrix lower = ldlt.matrixL();
+  for (int i = 0; i < N; ++i) {
+    const double d = std::sqrt(std::max(ldlt.vectorD()(i), 0.0));
+    for (int j = i; j < N; ++j) root.upper[size_t(i) * N + j] = float(d * lower(j, i));
+  }
+  // (P v)[k] for v = 0, 1, ..., 255 is the index P puts at k.
+  const Eigen::VectorXd indices = ldlt.transpositionsP() * Eigen::VectorXd::LinSpaced(N, 0.0, double(N - 1));
+  for (int k = 0; k < N; ++k) root.order.push_back(int32_t(indices(k)));
+  return root;
+}
+
 double gram_anisotropy(const std::vector<double>& gram) {
   double lo = std::numeric_limits<double>::infinity();
   double hi = 0.0;

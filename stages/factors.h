@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/gptq.h"
+
 namespace shardq {
 
 inline constexpr int kHashColumnWidth = 256; // engram_head_dim: values per table row
@@ -33,6 +35,11 @@ std::vector<double> column_gram(const float* wkv, int out_rows, int in_cols, int
 // matrix is not positive definite or not finite.
 HashColumnFactor compute_column_factor(const float* wkv, int out_rows, int in_cols, int column, double damp,
                                        int layer);
+
+// The weighted error's form of an undamped Gram (kernels/gptq.h GramRoot): Eigen's pivoted
+// LDL^T in fp64, H = P^T L D L^T P, G = D^1/2 L^T (negative D from rounding clamped to 0)
+// rounded to fp32. Throws StageError naming layer and column when H is not finite.
+GramRoot gram_root(const std::vector<double>& gram, int layer, int column);
 
 // max / min of diag(gram) over the 256 values (the anisotropy figure of the study);
 // +infinity when a column is dead (diag 0).

@@ -33,7 +33,7 @@ void add_row_errors(const float* original, const float* dequantized, uint64_t n,
 void add_weighted_errors(const float* original, const float* dequantized, uint64_t n, int column,
                          const LayerFactors& factors, ChunkStats& stats) {
   std::vector<double> weighted_error(n), weighted_reference(n);
-  weighted_error_rows(factors.gram[size_t(column)].data(), original, dequantized, int(n), weighted_error.data(),
+  weighted_error_rows(factors.roots[size_t(column)], original, dequantized, int(n), weighted_error.data(),
                       weighted_reference.data());
   for (uint64_t r = 0; r < n; ++r) {
     stats.weighted_error_sq.add(weighted_error[r]);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gptq.h"
 #include "kernels/nvfp4.h"
 #include "stages/chunk_stats.h"
 #include "stages/source_rows.h"
@@ -23,11 +24,11 @@ QuantMethod parse_quant_method(const std::string& name); // throws StageError
 const char* quant_method_name(QuantMethod method);
 
 // The 24 factors of one Engram layer: U_c rounded to fp32 for the kernel and the
-// undamped Gram H_c for the weighted error.
+// undamped Gram H_c in the weighted error's form.
 struct LayerFactors {
   int layer = 0;
   std::vector<std::vector<float>> upper;  // per hash column, 256x256
-  std::vector<std::vector<double>> gram;  // per hash column, 256x256
+  std::vector<GramRoot> roots;            // per hash column
 };
 
 struct QuantizeParams {

@@ -330,44 +330,36 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
   if (sums == GptqSums::counters_and_errors) add_tile_error_sums(ws, scales, rows, global_scale, stats);
 }
 
-// H' = the upper triangle of H with its diagonal halved: v^T H v = 2 v^T H' v, so the
-// quadratic forms need a triangular product (half the multiply-adds of a full GEMM).
-// Written into `half` (kCols^2, reused: a fresh 512 KiB buffer per call costs page faults).
-void half_upper_gram(const double* gram, std::vector<double>& half) {
-  half.assign(size_t(kCols) * kCols, 0.0);
-  for (int i = 0; i < kCols; ++i) {
-    half[size_t(i) * kCols + i] = 0.5 * gram[size_t(i) * kCols + i];
-    for (int j = i + 1; j < kCols; ++j) half[size_t(i) * kCols + j] = gram[size_t(i) * kCols + j];
-  }
-}
-
-// Row r's error (dequantized - original) and its original row, widened to fp64 (exact).
-inline double error_at(const float* original, const float* dequantized, size_t i) {
-  return double(dequantized[i]) - double(original[i]);
-}
-
-// One tile of up to kTile rows: [E; X] (2 kTile x 256, zero-padded, fp64) times H' in place
-// by one dtrmm of fixed shape, then each row's 2 v . (v H') with v widened again from the
-// fp32 inputs (no second copy of the tile: the tile is bigger than L2's share).
-void weighted_error_tile(const double* half_gram, const float* original, const float* dequantized, int rows,
-                         double* product, double* row_error, double* row_reference) {
-  std::fill(product + size_t(rows) * kCols, product + size_t(kTile) * kCols, 0.0);
-  std::fill(product + size_t(kTile + rows) * kCols, product + size_t(2) * kTile * kCols, 0.0);
-  for (size_t i = 0; i < size_t(rows) * kCols; ++i) {
-    product[i] = error_at(original, dequantized, i);
-    product[size_t(kTile) * kCols + i] = double(original[i]);
-  }
-  cblas_dtrmm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, 2 * kTile, kCols, 1.0, half_gram,
-              kCols, product, kCols);
+// One tile of up to kTile rows: [E; X] (2 kTile x 256, zero-padded, fp32, columns in the
+// root's order) times G^T in place by one strmm of fixed shape, then each row's sum of
+// squares in fp64, columns in order.
+void weighted_error_tile(const GramRoot& root, const float* original, const float* dequantized, int rows,
+                         float* product, double* row_error, double* row_reference) {
+  std::fill(product + size_t(rows) * kCols, product + size_t(kTile) * kCols, 0.0f);
+  std::fill(product + size_t(kTile + rows) * kCols, product + size_t(2) * kTile * kCols, 0.0f);
+  const int32_t* order = root.order.data();
   for (int r = 0; r < rows; ++r) {
-    const size_t at = size_t(r) * kCols;
-    double error = 0.0, reference = 0.0;
-    for (int c = 0; c < kCols; ++c) {
-      error += error_at(original, dequantized, at + c) * product[at + c];
-      reference += double(original[at + c]) * product[size_t(kTile) * kCols + at + c];
+    const float* x = original + size_t(r) * kCols;
+    const float* deq = dequantized + size_t(r) * kCols;
+    float* error = product + size_t(r) * kCols;
+    float* reference = product + size_t(kTile + r) * kCols;
+    for (int k = 0; k < kCols; ++k) {
+      error[k] = deq[order[k]] - x[order[k]];
+      reference[k] = x[order[k]];
     }
-    row_error[r] = 2.0 * error;
-    row_reference[r] = 2.0 * reference;
+  }
+  cblas_strmm(CblasRowMajor, CblasRight, CblasUpper, CblasTrans, CblasNonUnit, 2 * kTile, kCols, 1.0f,
+              root.upper.data(), kCols, product, kCols);
+  for (int r = 0; r < rows; ++r) {
+    const float* error = product + size_t(r) * kCols;
+    const float* reference = product + size_t(kTile + r) * kCols;
+    double error_sq = 0.0, reference_sq = 0.0;
+    for (int k = 0; k < kCols; ++k) {
+      error_sq += double(error[k]) * double(error[k]);
+      reference_sq += double(reference[k]) * double(reference[k]);
+    }
+    row_error[r] = error_sq;
+    row_reference[r] = reference_sq;
   }
 }
 
@@ -440,33 +432,32 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
   quantize_rows_unbatched(x, rows, upper, global_scale, search, packed, scales, stats);
 }
 
-void weighted_error_rows(const double* gram, const float* original, const float* dequantized, int rows,
+void weighted_error_rows(const GramRoot& root, const float* original, const float* dequantized, int rows,
                          double* row_error, double* row_reference) {
-  thread_local std::vector<double> product(size_t(2) * kTile * kCols), half_gram;
-  half_upper_gram(gram, half_gram);
+  thread_local std::vector<float> product(size_t(2) * kTile * kCols);
   for (int r0 = 0; r0 < rows; r0 += kTile)
-    weighted_error_tile(half_gram.data(), original + size_t(r0) * kCols, dequantized + size_t(r0) * kCols,
+    weighted_error_tile(root, original + size_t(r0) * kCols, dequantized + size_t(r0) * kCols,
                         std::min(kTile, rows - r0), product.data(), row_error + r0, row_reference + r0);
 }
 
-void add_weighted_error(const double* gram, const float* original, const float* dequantized, int rows,
+void add_weighted_error(const GramRoot& root, const float* original, const float* dequantized, int rows,
                         double& error_sq, double& reference_sq) {
   std::vector<double> row_error(static_cast<size_t>(rows)), row_reference(static_cast<size_t>(rows));
-  weighted_error_rows(gram, original, dequantized, rows, row_error.data(), row_reference.data());
+  weighted_error_rows(root, original, dequantized, rows, row_error.data(), row_reference.data());
   for (int r = 0; r < rows; ++r) {
     error_sq += row_error[size_t(r)];
     reference_sq += row_reference[size_t(r)];
   }
 }
 
-void add_weighted_error_nvfp4(const double* gram, const float* original, const uint8_t* packed,
+void add_weighted_error_nvfp4(const GramRoot& root, const float* original, const uint8_t* packed,
                               const uint8_t* scales, float global_scale, int rows, double& error_sq,
                               double& reference_sq) {
   std::vector<float> dequantized(size_t(rows) * kCols);
   for (int r = 0; r < rows; ++r)
     dequantize_row_nvfp4(packed + size_t(r) * (kCols / 2), scales + size_t(r) * (kCols / kGroup), kCols, global_scale,
                          dequantized.data() + size_t(r) * kCols);
-  add_weighted_error(gram, original, dequantized.data(), rows, error_sq, reference_sq);
+  add_weighted_error(root, original, dequantized.data(), rows, error_sq, reference_sq);
 }
 
 } // namespace shardq

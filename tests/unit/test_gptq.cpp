@@ -108,7 +108,8 @@ double weighted_rel_error(const std::vector<double>& gram, const std::vector<flo
                           int rows, float global) {
   double error = 0.0;
   double reference = 0.0;
-  add_weighted_error_nvfp4(gram.data(), x.data(), q.packed.data(), q.scales.data(), global, rows, error, reference);
+  add_weighted_error_nvfp4(gram_root(gram, 1, 0), x.data(), q.packed.data(), q.scales.data(), global, rows, error,
+                           reference);
   return error / reference;
 }
 
@@ -437,16 +438,43 @@ TEST(GptqKernel, WeightedErrorIsNormThroughW) {
       error += we * we;
       reference += wx * wx;
     }
+  const GramRoot root = gram_root(c.factor.gram, 1, 0);
   double got_error = 0.0, got_reference = 0.0;
-  add_weighted_error(c.factor.gram.data(), c.x.data(), deq.data(), rows, got_error, got_reference);
-  EXPECT_NEAR(got_error, error, 1e-10 * error);
-  EXPECT_NEAR(got_reference, reference, 1e-10 * reference);
+  add_weighted_error(root, c.x.data(), deq.data(), rows, got_error, got_reference);
+  // fp32 root and products (cond(H) 1e6 here): within 1e-5 of the fp64 norms through W.
+  EXPECT_NEAR(got_error, error, 1e-5 * error);
+  EXPECT_NEAR(got_reference, reference, 1e-5 * reference);
   double split_error = 0.0, split_reference = 0.0;
-  add_weighted_error(c.factor.gram.data(), c.x.data(), deq.data(), 3, split_error, split_reference);
-  add_weighted_error(c.factor.gram.data(), c.x.data() + 3 * kN, deq.data() + 3 * kN, rows - 3, split_error,
-                     split_reference);
+  add_weighted_error(root, c.x.data(), deq.data(), 3, split_error, split_reference);
+  add_weighted_error(root, c.x.data() + 3 * kN, deq.data() + 3 * kN, rows - 3, split_error, split_reference);
   EXPECT_EQ(split_error, got_error);
   EXPECT_EQ(split_reference, got_reference);
+}
+
+// The root reproduces the Gram's quadratic form, also for a singular Gram (a dead value,
+// whose row and column are zero, as wkv gives when nothing reads it).
+TEST(GptqFactors, GramRootGivesTheQuadraticForm) {
+  const AnisotropicCase c;
+  std::vector<double> singular = c.factor.gram;
+  for (int i = 0; i < kN; ++i) singular[size_t(7) * kN + i] = singular[size_t(i) * kN + 7] = 0.0;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::vector<const std::vector<double>*> grams = {&c.factor.gram, &singular};
+  for (const auto* gram : grams) {
+    const GramRoot root = gram_root(*gram, 1, 0);
+    ASSERT_EQ(root.order.size(), size_t(kN));
+    std::vector<float> zero(size_t(4) * kN, 0.0f), v(size_t(4) * kN);
+    for (float& value : v) value = normal(rng);
+    std::vector<double> form(4), unused(4);
+    weighted_error_rows(root, zero.data(), v.data(), 4, form.data(), unused.data()); // e = v - 0
+    for (int r = 0; r < 4; ++r) {
+      long double exact = 0;
+      for (int i = 0; i < kN; ++i)
+        for (int j = 0; j < kN; ++j)
+          exact += (long double)v[size_t(r) * kN + i] * (*gram)[size_t(i) * kN + j] * v[size_t(r) * kN + j];
+      EXPECT_NEAR(form[size_t(r)], double(exact), 1e-5 * double(exact)) << "row " << r;
+    }
+  }
 }
 
 // (c) on an anisotropic, correlated W (cond(H) >= 100) feedback clearly lowers the
