@@ -9,16 +9,8 @@
 #     untouched), overwritten with --force;
 #  4. an unknown job key (in the file or through --set): the error names the key.
 # Env: SHARDQ_BIN, SHARDQ_SOURCE_DIR. Exit 77 (skip) without SHARDQ_BIN.
-set -euo pipefail
-
-[ -n "${SHARDQ_BIN:-}" ] || { echo "SHARDQ_BIN is not set"; exit 77; }
-source_dir="${SHARDQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
-job="$source_dir/jobs/demo-engram-nvfp4.toml"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# shellcheck source-path=SCRIPTDIR source=counting_lib.sh
+source "$(dirname "$0")/counting_lib.sh"
 
 # run_expect_failure LABEL LOG ARGS...: shardq run must exit non-zero.
 run_expect_failure() {

@@ -10,16 +10,8 @@
 #  index is written in dst.
 # Each command's whole output (stdout and stderr) must be that one `shardq: error:` line.
 # Env: SHARDQ_BIN, SHARDQ_SOURCE_DIR. Exit 77 (skip) without SHARDQ_BIN.
-set -euo pipefail
-
-[ -n "${SHARDQ_BIN:-}" ] || { echo "SHARDQ_BIN is not set"; exit 77; }
-source_dir="${SHARDQ_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}"
-job="$source_dir/jobs/demo-engram-nvfp4.toml"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# shellcheck source-path=SCRIPTDIR source=counting_lib.sh
+source "$(dirname "$0")/counting_lib.sh"
 
 # A valid file (a: F32 [2, 3] = 24 bytes, b: BF16 [4] = 8, c: U8 [5] = 5) and one broken
 # copy per case, named after the case.
