@@ -193,7 +193,8 @@ TEST(Nvfp4Ref, MseNeverWorseThanRtnOnAnyBlock) {
     const double rtn_error = block_error_from_bytes(block.data(), rtn.packed.data(), rtn.scales[0], global);
     const double mse_error = block_error_from_bytes(block.data(), mse.packed.data(), mse.scales[0], global);
     ASSERT_LE(mse_error, rtn_error) << "trial " << trial;
-    ASSERT_LE(mse.stats.error_sq, rtn.stats.error_sq) << "trial " << trial;
+    // The report's fp32 block sums (within 2^-21 each) may not order two near-equal errors.
+    ASSERT_LE(mse.stats.error_sq, rtn.stats.error_sq * (1.0 + 0x1p-20)) << "trial " << trial;
     blocks_where_mse_helps += mse_error < rtn_error;
   }
   EXPECT_GT(blocks_where_mse_helps, 1000); // the search does something
