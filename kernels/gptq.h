@@ -36,7 +36,7 @@ struct GptqWorkspace {
 std::vector<float> gptq_factor_fp32(const double* upper);
 
 // Sets OpenBLAS to one thread (call once per process when ranks or threads run their own
-// row ranges): the weighted error's fp64 product runs inside a rank's compute thread.
+// row ranges): the weighted error's triangular product runs inside a rank's compute thread.
 void gptq_pin_blas_threads();
 
 // Quantizes R rows of 256 (row-major, not modified: feedback works on a tile copy) to NVFP4 with

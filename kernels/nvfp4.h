@@ -20,6 +20,12 @@ struct ScaleSearch {
   std::array<float, kMaxMseCandidates> alphas() const;
 };
 
+// One block's report sums (block_report_sums_nvfp4 below).
+struct BlockSums {
+  double error_sq = 0.0;
+  double reference_sq = 0.0;
+};
+
 // Counters every kernel keeps; summed over chunks in chunk order by the pipeline.
 struct BlockStats {
   uint64_t blocks = 0;
@@ -29,6 +35,10 @@ struct BlockStats {
   double error_sq = 0.0;         // sum (deq - x)^2 in fp64
   double reference_sq = 0.0;     // sum x^2 in fp64
   void merge(const BlockStats& other);
+  void add_sums(const BlockSums& block) {
+    error_sq += block.error_sq;
+    reference_sq += block.reference_sq;
+  }
 };
 
 // E4M3 code of a block scale: zero block -> 1.0, clamp to [2^-9, 448], RNE.
@@ -62,11 +72,9 @@ double block_error_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_c
 //   error terms ((deq - x) * p)^2 and reference terms (x * p)^2 in fp32, sum_block_fp32,
 //   each sum widened to fp64 and multiplied twice by 2^(E - 127) (exact).
 // Each sum is within 2^-21 relative of the exact one (tested against fp64).
-struct BlockSums {
-  double error_sq = 0.0;
-  double reference_sq = 0.0;
-};
 BlockSums block_report_sums_nvfp4(const float* x, const float* deq);
+// Same, of 16 nibbles with their scale code (deq = dequantize_nvfp4 of each).
+BlockSums block_report_sums_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_code, float global_scale);
 
 // 2^(127 - E) and 2^(E - 127) of the rule above, from the block amax.
 struct ReportScale {

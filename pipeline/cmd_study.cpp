@@ -129,7 +129,7 @@ int cmd_study(const StudyArgs& args) {
     HashColumnFactor factor = compute_column_factor(wkv.data(), out_rows, in_cols, c, job.gptq_damp, table.layer);
     anisotropy.push_back(gram_anisotropy(factor.gram));
     factors.upper.push_back(gptq_factor_fp32(factor.upper.data()));
-    factors.roots.push_back(gram_root(factor.gram, table.layer, c));
+    factors.roots.push_back(gram_root(factor.gram.data(), table.layer, c));
   }
   std::vector<double> sorted = anisotropy;
   std::sort(sorted.begin(), sorted.end());

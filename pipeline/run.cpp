@@ -226,8 +226,7 @@ struct RankLoop {
     auto factors = std::make_shared<LayerFactors>();
     factors->layer = plan.tables[size_t(table)].layer;
     for (size_t c = 0; c < columns; ++c) {
-      factors->roots.push_back(gram_root(std::vector<double>(gram + c * matrix, gram + (c + 1) * matrix),
-                                         factors->layer, int(c)));
+      factors->roots.push_back(gram_root(gram + c * matrix, factors->layer, int(c)));
       factors->upper.push_back(gptq_factor_fp32(upper + c * matrix));
     }
     worker.install_factors(size_t(table), std::move(factors));

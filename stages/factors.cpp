@@ -101,8 +101,8 @@ HashColumnFactor compute_column_factor(const float* wkv, int out_rows, int in_co
   return factor;
 }
 
-GramRoot gram_root(const std::vector<double>& gram, int layer, int column) {
-  const RowMatrix h = Eigen::Map<const RowMatrix>(gram.data(), N, N);
+GramRoot gram_root(const double* gram, int layer, int column) {
+  const RowMatrix h = Eigen::Map<const RowMatrix>(gram, N, N);
   if (!all_finite(h)) throw StageError("factors: " + where(layer, column) + ": H_c is not finite");
   const Eigen::LDLT<RowMatrix> ldlt(h);
   GramRoot root;

@@ -39,7 +39,7 @@ HashColumnFactor compute_column_factor(const float* wkv, int out_rows, int in_co
 // The weighted error's form of an undamped Gram (kernels/gptq.h GramRoot): Eigen's pivoted
 // LDL^T in fp64, H = P^T L D L^T P, G = D^1/2 L^T (negative D from rounding clamped to 0)
 // rounded to fp32. Throws StageError naming layer and column when H is not finite.
-GramRoot gram_root(const std::vector<double>& gram, int layer, int column);
+GramRoot gram_root(const double* gram, int layer, int column);
 
 // max / min of diag(gram) over the 256 values (the anisotropy figure of the study);
 // +infinity when a column is dead (diag 0).

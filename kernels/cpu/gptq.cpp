@@ -1,6 +1,6 @@
 #include "kernels/gptq.h"
 
-#include <cblas.h> // the weighted error's fp64 triangular product
+#include <cblas.h> // the weighted error's fp32 triangular product
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -242,9 +242,8 @@ using gptq_detail::update_columns;
 // block_report_sums_nvfp4, blocks in order.
 void add_row_error_stats(const float* original, const uint8_t* nibbles, const uint8_t* scales, float global_scale,
                          BlockStats& stats) {
-  float deq[kCols];
-  for (int i = 0; i < kCols; ++i) deq[i] = dequantize_nvfp4(nibbles[i], scales[i / kGroup], global_scale);
-  add_row_report_sums_nvfp4(original, deq, kCols, stats);
+  for (int b = 0; b < kCols / kGroup; ++b)
+    stats.add_sums(block_report_sums_nvfp4(original + b * kGroup, nibbles + b * kGroup, scales[b], global_scale));
 }
 
 // Transposes an 8 x 8 byte matrix held as 8 little-endian words (x[i] byte k = M[i][k]

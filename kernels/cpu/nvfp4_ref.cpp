@@ -89,11 +89,15 @@ BlockSums block_report_sums_nvfp4(const float* x, const float* deq) {
   return {double(sum_block_fp32(errors)) * up * up, double(sum_block_fp32(references)) * up * up};
 }
 
+BlockSums block_report_sums_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_code, float global_scale) {
+  float deq[Nvfp4::block];
+  for (int i = 0; i < Nvfp4::block; ++i) deq[i] = dequantize_nvfp4(nibbles[i], scale_code, global_scale);
+  return block_report_sums_nvfp4(x, deq);
+}
+
 void add_row_report_sums_nvfp4(const float* x, const float* deq, int cols, BlockStats& stats) {
   for (int b = 0; b < cols / Nvfp4::block; ++b) {
-    const BlockSums sums = block_report_sums_nvfp4(x + b * Nvfp4::block, deq + b * Nvfp4::block);
-    stats.error_sq += sums.error_sq;
-    stats.reference_sq += sums.reference_sq;
+    stats.add_sums(block_report_sums_nvfp4(x + b * Nvfp4::block, deq + b * Nvfp4::block));
   }
 }
 
@@ -134,11 +138,7 @@ void quantize_row_nvfp4_ref(const float* x, int cols, float global_scale, const 
     const float* block = x + b * Nvfp4::block;
     scales[b] = choose_and_quantize_block_nvfp4(block, global_scale, search, nibbles, stats);
     for (int i = 0; i < Nvfp4::block; i += 2) packed[(b * Nvfp4::block + i) / 2] = pack_e2m1x2(nibbles[i], nibbles[i + 1]);
-    float deq[Nvfp4::block];
-    for (int i = 0; i < Nvfp4::block; ++i) deq[i] = dequantize_nvfp4(nibbles[i], scales[b], global_scale);
-    const BlockSums sums = block_report_sums_nvfp4(block, deq);
-    stats.error_sq += sums.error_sq;
-    stats.reference_sq += sums.reference_sq;
+    stats.add_sums(block_report_sums_nvfp4(block, nibbles, scales[b], global_scale));
   }
 }
 

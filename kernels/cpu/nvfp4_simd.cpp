@@ -535,9 +535,7 @@ void QuantizeBlock(const float* block, float global_scale, const float* alphas, 
   ++stats.candidate_wins[best_k];
   *scale_code = best_code;
   pack_block(best_nibbles, packed);
-  const BlockSums sums = block_report_sums_nvfp4(block, best_deq);
-  stats.error_sq += sums.error_sq;
-  stats.reference_sq += sums.reference_sq;
+  stats.add_sums(block_report_sums_nvfp4(block, best_deq));
 }
 
 void QuantizeRowNvfp4(const float* x, int cols, float global_scale, const ScaleSearch& search, uint8_t* packed,
@@ -603,9 +601,7 @@ void BlockErrorsLanes(const float* columns, const uint8_t* nibbles, size_t strid
       block[e] = columns[size_t(e) * stride + size_t(l)];
       block_nibbles[e] = nibbles[size_t(e) * stride + size_t(l)];
     }
-    float deq[Nvfp4::block];
-    for (int e = 0; e < Nvfp4::block; ++e) deq[e] = dequantize_nvfp4(block_nibbles[e], codes[l], global_scale);
-    const BlockSums sums = block_report_sums_nvfp4(block, deq);
+    const BlockSums sums = block_report_sums_nvfp4(block, block_nibbles, codes[l], global_scale);
     errors[l] = sums.error_sq;
     references[l] = sums.reference_sq;
   }

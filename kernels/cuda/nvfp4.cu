@@ -1,8 +1,9 @@
 // NVFP4 block kernels on CUDA: one thread per block of 16, the scalar reference's steps
 // (kernels/cpu/nvfp4_ref.cpp, kernels/formats.*) with every fp32/fp64 operation rounded
 // explicitly (__fmul_rn, __fdiv_rn, __fadd_rn, __dmul_rn, __dadd_rn: nvcc may not contract
-// them into FMAs) so the results equal the CPU's bit for bit (denormals kept: no -ftz). Compiled as C++17 by nvcc, so the
-// C++20 format headers are not included: the few constants are repeated here.
+// them into FMAs) so the results equal the CPU's bit for bit (denormals kept: no -ftz).
+// Compiled as C++17 by nvcc, so the C++20 format headers are not included: the few
+// constants are repeated here.
 #include <cuda_runtime.h>
 
 #include <cstdint>

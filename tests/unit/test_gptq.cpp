@@ -108,7 +108,7 @@ double weighted_rel_error(const std::vector<double>& gram, const std::vector<flo
                           int rows, float global) {
   double error = 0.0;
   double reference = 0.0;
-  add_weighted_error_nvfp4(gram_root(gram, 1, 0), x.data(), q.packed.data(), q.scales.data(), global, rows, error,
+  add_weighted_error_nvfp4(gram_root(gram.data(), 1, 0), x.data(), q.packed.data(), q.scales.data(), global, rows, error,
                            reference);
   return error / reference;
 }
@@ -438,7 +438,7 @@ TEST(GptqKernel, WeightedErrorIsNormThroughW) {
       error += we * we;
       reference += wx * wx;
     }
-  const GramRoot root = gram_root(c.factor.gram, 1, 0);
+  const GramRoot root = gram_root(c.factor.gram.data(), 1, 0);
   double got_error = 0.0, got_reference = 0.0;
   add_weighted_error(root, c.x.data(), deq.data(), rows, got_error, got_reference);
   // fp32 root and products (cond(H) 1e6 here): within 1e-5 of the fp64 norms through W.
@@ -461,7 +461,7 @@ TEST(GptqFactors, GramRootGivesTheQuadraticForm) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const std::vector<const std::vector<double>*> grams = {&c.factor.gram, &singular};
   for (const auto* gram : grams) {
-    const GramRoot root = gram_root(*gram, 1, 0);
+    const GramRoot root = gram_root(gram->data(), 1, 0);
     ASSERT_EQ(root.order.size(), size_t(kN));
     std::vector<float> zero(size_t(4) * kN, 0.0f), v(size_t(4) * kN);
     for (float& value : v) value = normal(rng);
