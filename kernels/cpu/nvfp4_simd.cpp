@@ -147,26 +147,26 @@ HWY_INLINE VL E4m3ValueOfPositive(VLI code) {
   return hn::IfThenElse(hn::RebindMask(dl, hn::Lt(code, hn::Set(di, 8))), subnormal, normal);
 }
 
-// The ref's e2m1_from_float on finite q, and value = its +-E2M1 value. |q| is rounded to
-// the E2M1 grid by one fp32 addition of a magic number whose ulp is the grid step there
-// (2^22: step 0.5 below 2; 2^23: 1 below 4; 2^24: 2 above), so the hardware's ties-to-even
-// on the sum's mantissa lands exactly where the ref's thresholds do (0.25 -> 0, 0.75 -> 1,
-// 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), then saturated at 6. The index follows from the
-// value: 2 * value up to 1.5, else the value's fp32 exponent and top mantissa bit.
+// The ref's e2m1_from_float on finite q, and value = its +-E2M1 value. |q|, clamped to 8
+// (so the sum below stays in its magic number's binade), is rounded to the E2M1 grid by one fp32 addition of a magic
+// number whose ulp is the grid step there (2^22: step 0.5 below 2; 2^23: 1 below 4; 2^24:
+// 2 above), so the hardware's ties-to-even on the sum's mantissa lands exactly where the
+// ref's thresholds do (0.25 -> 0, 0.75 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4). The
+// magic numbers carry an offset in their mantissa (0, 2 and 4 steps) that makes the sum's
+// mantissa field the E2M1 index itself: round(2a), round(a) + 2, round(a / 2) + 4, then
+// saturated at 7 (value 6).
 HWY_INLINE VLI E2m1Nibble(VL q, VL& value) {
   const DL dl;
   const DLI di;
-  const VL a = hn::Abs(q);
+  const VL a = hn::Min(hn::Abs(q), hn::Set(dl, 8.0f));
   const VL magic = hn::IfThenElse(hn::Lt(a, hn::Set(dl, 2.0f)), hn::Set(dl, 0x1p22f),
-                                  hn::IfThenElse(hn::Lt(a, hn::Set(dl, 4.0f)), hn::Set(dl, 0x1p23f), hn::Set(dl, 0x1p24f)));
-  const VL magnitude = hn::Min(hn::Sub(hn::Add(a, magic), magic), hn::Set(dl, 6.0f));
-  // (bits >> 22) - 252: 1 -> 2, 1.5 -> 3, 2 -> 4, 3 -> 5, 4 -> 6, 6 -> 7; below 1 it is <= 0
-  // and 2 * value (0 or 1) is the index, while above 1 it is at most the exponent form.
-  const VLI from_bits = hn::Sub(hn::ShiftRight<22>(hn::BitCast(di, magnitude)), hn::Set(di, 252));
-  const VLI from_double = hn::Min(hn::ConvertTo(di, hn::Add(magnitude, magnitude)), hn::Set(di, 2));
-  const VLI index = hn::Max(from_bits, from_double);
+                                  hn::IfThenElse(hn::Lt(a, hn::Set(dl, 4.0f)), hn::Set(dl, 0x1p23f + 2.0f),
+                                                 hn::Set(dl, 0x1p24f + 8.0f)));
+  const VL sum = hn::Add(a, magic);
+  const VL magnitude = hn::Min(hn::Sub(sum, magic), hn::Set(dl, 6.0f));
+  const VLI index = hn::Min(hn::And(hn::BitCast(di, sum), hn::Set(di, 0xF)), hn::Set(di, 7));
   const auto negative = hn::Lt(q, hn::Zero(dl));
-  value = hn::IfThenElse(negative, hn::Neg(magnitude), magnitude);
+  value = hn::Or(magnitude, hn::IfThenElseZero(negative, hn::Set(dl, -0.0f)));
   return hn::Or(index, hn::IfThenElseZero(hn::RebindMask(di, negative), hn::Set(di, 8)));
 }
 
@@ -322,6 +322,15 @@ HWY_INLINE hn::Mask<DL> CombineMasks(hn::Mask<DLD> lo, hn::Mask<DLD> hi) {
   return hn::Eq(both, hn::Set(dl, 1.0f));
 }
 
+// nvfp4_block_scale_code per lane for one alpha.
+HWY_INLINE VLI ScaleCodes(VL amax, hn::Mask<DL> zero, VL six_global, float alpha) {
+  const DL dl;
+  const DLI di;
+  const VL unclamped = hn::Div(hn::Mul(hn::Set(dl, alpha), amax), six_global);
+  const VL clamped = hn::Min(hn::Max(unclamped, hn::Set(dl, Nvfp4::min_scale)), hn::Set(dl, Nvfp4::max_scale));
+  return hn::IfThenElse(hn::RebindMask(di, zero), hn::Set(di, kNvfp4ZeroBlockScaleCode), E4m3CodeOfClamped(clamped));
+}
+
 // Scale codes of every candidate (nvfp4_block_scale_code per lane), walked from the largest
 // alpha down and compacted per lane: slot s holds the lane's s-th distinct code and the
 // first k that gave it; slots past a lane's last distinct code repeat its last slot (same
@@ -334,10 +343,7 @@ HWY_INLINE int DistinctCodeSlots(VL amax, hn::Mask<DL> zero, VL six_global, cons
   VLI previous = hn::Set(di, -1), count = hn::Zero(di);
   for (int walk = 0; walk < candidates; ++walk) {
     const int k = candidates - 1 - walk;
-    const VL unclamped = hn::Div(hn::Mul(hn::Set(dl, alphas[k]), amax), six_global);
-    const VL clamped = hn::Min(hn::Max(unclamped, hn::Set(dl, Nvfp4::min_scale)), hn::Set(dl, Nvfp4::max_scale));
-    const VLI code = hn::IfThenElse(hn::RebindMask(di, zero), hn::Set(di, kNvfp4ZeroBlockScaleCode),
-                                    E4m3CodeOfClamped(clamped));
+    const VLI code = ScaleCodes(amax, zero, six_global, alphas[k]);
     const auto fresh = hn::Ne(code, previous);
     count = hn::Sub(count, hn::VecFromMask(di, fresh)); // 1-based slot of this code
     previous = code;
@@ -370,13 +376,30 @@ struct LaneOutputs {
   double* references;  // (with errors)
 };
 
+// Block counters of N lane blocks, for lanes < counted.
+HWY_INLINE void CountBlocks(VL amax, hn::Mask<DL> zero, VL six_global, size_t counted, BlockStats& stats) {
+  const DL dl;
+  const auto counted_mask = hn::FirstN(dl, counted);
+  const auto underflow = hn::AndNot(zero, hn::Lt(hn::Div(amax, six_global), hn::Set(dl, Nvfp4::min_scale)));
+  stats.blocks += counted;
+  stats.zero_blocks += hn::CountTrue(dl, hn::And(zero, counted_mask));
+  stats.scale_underflows += hn::CountTrue(dl, hn::And(underflow, counted_mask));
+}
+
+HWY_INLINE void StoreCodesAndNibbles(VLI code, VLU low, VLU high, const LaneOutputs& out) {
+  const hn::Rebind<uint8_t, DLI> d8;
+  hn::StoreU(hn::DemoteTo(d8, code), d8, out.codes);
+  if (out.packed != nullptr) hn::StoreInterleaved2(low, high, DLU(), out.packed);
+}
+
 // choose_and_quantize_block_nvfp4 on N lane blocks at once, counters for lanes < counted.
-// kError: the candidates' fp64 errors decide (the MSE search; one candidate needs none).
-// kReport: out.errors / out.references get the chosen nibbles' block_report_sums_nvfp4
-// (with one candidate straight from its values, with the search from the packed words).
-// Candidates are walked from the largest alpha down and a lane moves only on a strictly
-// smaller error, so exact ties keep the larger alpha; a candidate whose code equals the
-// lane's best gives the same error and never moves it (the ref's skip).
+// kError: the candidates' fp64 errors decide (the MSE search); without it there is one
+// candidate, quantized straight away. kReport: out.errors / out.references get the chosen
+// nibbles' block_report_sums_nvfp4 (with one candidate straight from its values, with the
+// search from the packed words). Candidates are walked from the largest alpha down and a
+// lane moves only on a strictly smaller error, so exact ties keep the larger alpha; a
+// candidate whose code equals the lane's best gives the same error and never moves it (the
+// ref's skip).
 template <bool kError, bool kReport>
 void ChooseLanes(const float* columns, size_t stride, float global_scale, const float* alphas, int candidates,
                  size_t counted, const LaneOutputs& out, BlockStats& stats) {
@@ -385,36 +408,48 @@ void ChooseLanes(const float* columns, size_t stride, float global_scale, const 
   const DLU du;
   const DLD dd;
   const VL amax = BlockAmax(columns, stride);
-  const float six_global = E2M1::max * global_scale;
-  const VL six_global_v = hn::Set(dl, six_global), global = hn::Set(dl, global_scale);
+  const VL six_global = hn::Set(dl, E2M1::max * global_scale), global = hn::Set(dl, global_scale);
   const auto zero = hn::Eq(amax, hn::Zero(dl));
-  const auto counted_mask = hn::FirstN(dl, counted);
-  const auto underflow = hn::AndNot(zero, hn::Lt(hn::Div(amax, six_global_v), hn::Set(dl, Nvfp4::min_scale)));
-  stats.blocks += counted;
-  stats.zero_blocks += hn::CountTrue(dl, hn::And(zero, counted_mask));
-  stats.scale_underflows += hn::CountTrue(dl, hn::And(underflow, counted_mask));
+  CountBlocks(amax, zero, six_global, counted, stats);
+  VLU low = hn::Zero(du), high = hn::Zero(du);
+  VLD lo, hi;
+  VL down = hn::Zero(dl), up = hn::Zero(dl), error32, reference32;
+
+  if constexpr (!kError) {
+    const VLI code = ScaleCodes(amax, zero, six_global, alphas[0]);
+    const VL scale = E4m3ValueOfPositive(code);
+    if constexpr (kReport) ReportScales(amax, down, up);
+    CandidateTree<false, kReport, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale, global, down,
+                                                      low, high, lo, hi, error32, reference32);
+    stats.candidate_wins[0] += counted;
+    StoreCodesAndNibbles(code, low, high, out);
+    if constexpr (kReport) {
+      StoreWidened(error32, up, out.errors);
+      StoreWidened(reference32, up, out.references);
+    }
+    return;
+  }
 
   // Distinct codes per lane: a candidate whose code equals the previous one's gives the
   // same error and never wins (codes fall as alpha falls, so repeats are adjacent), so each
   // lane only evaluates its distinct codes, in walk order, each with its first (largest) k.
   HWY_ALIGN int32_t slot_codes[kMaxMseCandidates * kMaxLanes], slot_ks[kMaxMseCandidates * kMaxLanes];
   const size_t n = hn::Lanes(dl);
-  const int slots = DistinctCodeSlots(amax, zero, six_global_v, alphas, candidates, slot_codes, slot_ks);
+  const int slots = DistinctCodeSlots(amax, zero, six_global, alphas, candidates, slot_codes, slot_ks);
 
   VLI best_code = hn::Zero(di), best_k = hn::Zero(di);
   VLU best_low = hn::Zero(du), best_high = hn::Zero(du);
   VLD best_lo = hn::Zero(dd), best_hi = hn::Zero(dd);
-  VL down = hn::Zero(dl), up = hn::Zero(dl), error32 = hn::Zero(dl), reference32 = hn::Zero(dl);
-  if constexpr (kReport) ReportScales(amax, down, up);
   for (int slot = 0; slot < slots; ++slot) {
     const VLI code = hn::Load(di, slot_codes + size_t(slot) * n);
     const VLI k = hn::Load(di, slot_ks + size_t(slot) * n);
     const VL scale = E4m3ValueOfPositive(code);
-    VLU low = hn::Zero(du), high = hn::Zero(du);
-    VLD lo = hn::Zero(dd), hi = hn::Zero(dd);
-    // Without a search there is one slot: its report terms are computed on the way.
-    CandidateTree<kError, kReport && !kError, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale,
-                                                                  global, down, low, high, lo, hi, error32, reference32);
+    low = hn::Zero(du);
+    high = hn::Zero(du);
+    lo = hn::Zero(dd);
+    hi = hn::Zero(dd);
+    CandidateTree<true, false, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale, global, down, low,
+                                                   high, lo, hi, error32, reference32);
     if (slot == 0) {
       best_code = code;
       best_k = k;
@@ -436,18 +471,13 @@ void ChooseLanes(const float* columns, size_t stride, float global_scale, const 
     best_lo = hn::IfThenElse(better_lo, lo, best_lo);
     best_hi = hn::IfThenElse(better_hi, hi, best_hi);
   }
-  const auto counted_i = hn::RebindMask(di, counted_mask);
+  const auto counted_i = hn::RebindMask(di, hn::FirstN(dl, counted));
   for (int k = 0; k < candidates; ++k)
     stats.candidate_wins[k] += hn::CountTrue(di, hn::And(hn::Eq(best_k, hn::Set(di, k)), counted_i));
-  hn::StoreU(hn::DemoteTo(hn::Rebind<uint8_t, DLI>(), best_code), hn::Rebind<uint8_t, DLI>(), out.codes);
-  if (out.packed != nullptr) hn::StoreInterleaved2(best_low, best_high, du, out.packed);
-  if constexpr (kReport && kError) {
+  StoreCodesAndNibbles(best_code, best_low, best_high, out);
+  if constexpr (kReport)
     ReportLanes<true>(columns, nullptr, stride, best_low, best_high, best_code, amax, global_scale, out.errors,
                       out.references);
-  } else if constexpr (kReport) {
-    StoreWidened(error32, up, out.errors);
-    StoreWidened(reference32, up, out.references);
-  }
 }
 
 // N consecutive blocks of a row into lane layout: columns[e * N + l] = x[16 l + e], by two
@@ -472,6 +502,16 @@ void TransposeBlocks(const float* x, float* columns) {
     hn::StoreU(w2, dl, columns + (8 + k) * n);
     hn::StoreU(w3, dl, columns + (12 + k) * n);
   }
+}
+
+// The hardware prefetcher alone left the first touch of each group (the transpose) waiting
+// on DRAM for a fifth of the RTN kernel's time. 2 KiB ahead measured best (1, 2, 4 and 8 KiB
+// tried); a prefetch past the end of the input never faults.
+constexpr size_t kPrefetchAheadFloats = 512;
+
+HWY_INLINE void PrefetchAhead(const float* group, size_t blocks) {
+  constexpr size_t kLineFloats = 64 / sizeof(float);
+  for (size_t at = 0; at < blocks * Nvfp4::block; at += kLineFloats) __builtin_prefetch(group + kPrefetchAheadFloats + at);
 }
 
 // Blocks [b, b + N) of a row through the lane chooser; stats added in block order.
@@ -546,9 +586,11 @@ void QuantizeRowNvfp4(const float* x, int cols, float global_scale, const ScaleS
 #if HWY_TARGET != HWY_SCALAR
   const size_t n = hn::Lanes(DL());
   if (n >= 4) // halves of at least two lanes
-    for (; b + n <= blocks; b += n)
+    for (; b + n <= blocks; b += n) {
+      PrefetchAhead(x + b * Nvfp4::block, n);
       QuantizeLaneBlocks(x + b * Nvfp4::block, global_scale, alphas.data(), search.candidates,
                          packed + b * Nvfp4::block / 2, scales + b, stats);
+    }
 #endif
   for (; b < blocks; ++b)
     QuantizeBlock(x + b * Nvfp4::block, global_scale, alphas.data(), search.candidates,
