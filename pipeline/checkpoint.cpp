@@ -827,12 +827,16 @@ void ensure_factors_file(const fs::path& checkpoint, const std::vector<FactorRec
 } // namespace
 
 void save_checkpoint(const fs::path& path, const CheckpointState& state) {
+  save_checkpoint(path, state, factors_digest(state.factors));
+}
+
+void save_checkpoint(const fs::path& path, const CheckpointState& state, uint64_t factors_digest_value) {
   init_hdf5();
   validate_for_save(path, state);
-  const uint64_t digest = factors_digest(state.factors);
-  ensure_factors_file(path, state.factors, digest);
+  ensure_factors_file(path, state.factors, factors_digest_value);
   replace_file(
-      path, [&](const fs::path& tmp) { write_generation(tmp, state, digest); }, [&] { keep_previous(path); });
+      path, [&](const fs::path& tmp) { write_generation(tmp, state, factors_digest_value); },
+      [&] { keep_previous(path); });
 }
 
 void set_aside_unusable_newest(const fs::path& path) {

@@ -97,6 +97,11 @@ void set_aside_unusable_newest(const std::filesystem::path& path);
 // generation records their digest.
 void save_checkpoint(const std::filesystem::path& path, const CheckpointState& state);
 
+// The same with factors_digest(state.factors) at hand: a run's factors are fixed once a
+// layer's are complete, so the coordinator hashes them then, not at every save (~25 MB
+// per layer, which made the periodic saves a few percent of a core).
+void save_checkpoint(const std::filesystem::path& path, const CheckpointState& state, uint64_t factors_digest_value);
+
 // nullopt when neither <path> nor <path>.prev exists. A corrupt newest generation falls
 // back to .prev (fell_back, note); throws PipelineError "... is corrupt (...); use --fresh
 // to start over" when no complete generation is left. A generation whose factors file is

@@ -47,6 +47,7 @@ Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& output
     }
   }
   progress_.set_done(skipped);
+  factors_digest_ = factors_digest(state_.factors);
   save(true);
 }
 
@@ -157,6 +158,7 @@ void Coordinator::on_factor(const Message& message) {
   // A layer's factors reach the checkpoint whole: a partial set is recomputed on resume.
   if (factors_complete(table)) {
     state_.factors.push_back(std::move(record));
+    factors_digest_ = factors_digest(state_.factors);
     partial_factors_.erase(table);
     save(true);
     crash_point("factors");
@@ -248,7 +250,7 @@ void Coordinator::save(bool force) {
   state_.elapsed_seconds = elapsed_before_ + std::chrono::duration<double>(now - start_).count();
   ++state_.generation;
   state_.updated_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  save_checkpoint(checkpoint_path_, state_);
+  save_checkpoint(checkpoint_path_, state_, factors_digest_);
   crash_point("save");
   dirty_ = false;
   last_save_ = std::chrono::steady_clock::now();

@@ -63,6 +63,7 @@ class Coordinator {
   bool interrupting_ = false;
   bool ended_ = false;
   bool dirty_ = false;
+  uint64_t factors_digest_ = 0; // factors_digest(state_.factors), kept as they change
   std::chrono::steady_clock::time_point last_save_;
   double last_save_seconds_ = 0;
   double elapsed_before_ = 0;
