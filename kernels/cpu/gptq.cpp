@@ -329,9 +329,22 @@ void quantize_tile(int rows, const float* upper, float global_scale, const Scale
   if (sums == GptqSums::counters_and_errors) add_tile_error_sums(ws, scales, rows, global_scale, stats);
 }
 
+// sum of double(v[k])^2 over a row: column k into lane k % 8, the lanes folded in halves.
+// Eight independent chains instead of one 256 adds long (it was 8% of a gptq-mse run); the
+// order is fixed, so the figures stay independent of ranks and chunks.
+double sum_of_squares_fp64(const float* v) {
+  constexpr int kLanes = 8;
+  double lanes[kLanes] = {};
+  for (int k = 0; k < kCols; k += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] += double(v[k + l]) * double(v[k + l]);
+  for (int half = kLanes / 2; half >= 1; half /= 2)
+    for (int l = 0; l < half; ++l) lanes[l] += lanes[l + half];
+  return lanes[0];
+}
+
 // One tile of up to kTile rows: [E; X] (2 kTile x 256, zero-padded, fp32, columns in the
 // root's order) times G^T in place by one strmm of fixed shape, then each row's sum of
-// squares in fp64, columns in order.
+// squares in fp64.
 void weighted_error_tile(const GramRoot& root, const float* original, const float* dequantized, int rows,
                          float* product, double* row_error, double* row_reference) {
   std::fill(product + size_t(rows) * kCols, product + size_t(kTile) * kCols, 0.0f);
@@ -350,15 +363,8 @@ void weighted_error_tile(const GramRoot& root, const float* original, const floa
   cblas_strmm(CblasRowMajor, CblasRight, CblasUpper, CblasTrans, CblasNonUnit, 2 * kTile, kCols, 1.0f,
               root.upper.data(), kCols, product, kCols);
   for (int r = 0; r < rows; ++r) {
-    const float* error = product + size_t(r) * kCols;
-    const float* reference = product + size_t(kTile + r) * kCols;
-    double error_sq = 0.0, reference_sq = 0.0;
-    for (int k = 0; k < kCols; ++k) {
-      error_sq += double(error[k]) * double(error[k]);
-      reference_sq += double(reference[k]) * double(reference[k]);
-    }
-    row_error[r] = error_sq;
-    row_reference[r] = reference_sq;
+    row_error[r] = sum_of_squares_fp64(product + size_t(r) * kCols);
+    row_reference[r] = sum_of_squares_fp64(product + size_t(kTile + r) * kCols);
   }
 }
 
