@@ -86,6 +86,8 @@ ReportScale report_scale_of_amax(float amax);
 // block_report_sums_nvfp4 of every block of a row (cols % 16 == 0), added to stats in
 // block order: the pipeline's per-row figure wherever deq is already at hand.
 void add_row_report_sums_nvfp4(const float* x, const float* deq, int cols, BlockStats& stats);
+// Same, SIMD with runtime dispatch; bit-identical.
+void add_row_report_sums_nvfp4_simd(const float* x, const float* deq, int cols, BlockStats& stats);
 
 // Dequantized value of one element: (e2m1 * scale) * global, one rounding.
 inline float dequantize_nvfp4(uint8_t nibble, uint8_t scale_code, float global_scale) {

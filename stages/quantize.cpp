@@ -24,7 +24,7 @@ bool is_gptq(QuantMethod method) { return method == QuantMethod::gptq || method 
 void add_row_errors(const float* original, const float* dequantized, uint64_t n, int cols, ChunkStats& stats) {
   for (uint64_t r = 0; r < n; ++r) {
     BlockStats row_sums;
-    add_row_report_sums_nvfp4(original + r * cols, dequantized + r * cols, cols, row_sums);
+    add_row_report_sums_nvfp4_simd(original + r * cols, dequantized + r * cols, cols, row_sums);
     stats.add_row(row_sums);
   }
 }

@@ -233,39 +233,48 @@ HWY_INLINE VL E2m1Value(VLI nibble) {
   return hn::Or(magnitude, hn::BitCast(dl, hn::ShiftLeft<28>(hn::And(nibble, hn::Set(di, 8)))));
 }
 
-// Element kElement's dequantized values (e2m1 * scale) * global per lane block, its nibble
-// taken from the packed words (kWords: low word = elements 0..7) or from nibble bytes in
-// lane layout.
-template <bool kWords, int kElement>
-HWY_INLINE VL DequantizedElement(const uint8_t* nibbles, size_t stride, VLU low, VLU high, VL scale, VL global) {
+// Where the report sums find the dequantized values: nibbles in the packed words (low word
+// = elements 0..7), nibble bytes in lane layout, or the values themselves in lane layout.
+enum class DeqFrom { words, nibbles, values };
+struct DeqPointers {
+  const uint8_t* nibbles; // DeqFrom::nibbles
+  const float* values;    // DeqFrom::values
+};
+
+// Element kElement's dequantized values per lane block: (e2m1 * scale) * global of its
+// nibble, or the given value.
+template <DeqFrom kFrom, int kElement>
+HWY_INLINE VL DequantizedElement(DeqPointers at, size_t stride, VLU low, VLU high, VL scale, VL global) {
   const DLI di;
   VLI nibble;
-  if constexpr (kWords) {
+  if constexpr (kFrom == DeqFrom::values) {
+    return hn::LoadU(DL(), at.values + size_t(kElement) * stride);
+  } else if constexpr (kFrom == DeqFrom::words) {
     const VLU word = kElement < 8 ? low : high;
     nibble = hn::BitCast(di, hn::And(hn::ShiftRight<4 * (kElement % 8)>(word), hn::Set(DLU(), 0xFu)));
   } else {
-    nibble = hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, DL>(), nibbles + size_t(kElement) * stride));
+    nibble = hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, DL>(), at.nibbles + size_t(kElement) * stride));
   }
   return hn::Mul(hn::Mul(E2m1Value(nibble), scale), global);
 }
 
 // block_report_sums_nvfp4 per lane block, before widening: fp32 terms ((deq - x) * down)^2
 // and (x * down)^2 summed in sum_block_fp32's order (the tree of CandidateTree).
-template <bool kWords, int kStart, int kStride, int kCount>
-HWY_INLINE void ReportTree(const float* columns, const uint8_t* nibbles, size_t stride, VLU low, VLU high, VL scale,
-                           VL global, VL down, VL& error, VL& reference) {
+template <DeqFrom kFrom, int kStart, int kStride, int kCount>
+HWY_INLINE void ReportTree(const float* columns, DeqPointers at, size_t stride, VLU low, VLU high, VL scale, VL global,
+                           VL down, VL& error, VL& reference) {
   if constexpr (kCount == 1) {
     const VL x = hn::LoadU(DL(), columns + size_t(kStart) * stride);
-    const VL deq = DequantizedElement<kWords, kStart>(nibbles, stride, low, high, scale, global);
+    const VL deq = DequantizedElement<kFrom, kStart>(at, stride, low, high, scale, global);
     const VL diff = hn::Mul(hn::Sub(deq, x), down), value = hn::Mul(x, down);
     error = hn::Mul(diff, diff);
     reference = hn::Mul(value, value);
   } else {
     VL error2, reference2;
-    ReportTree<kWords, kStart, kStride * 2, kCount / 2>(columns, nibbles, stride, low, high, scale, global, down,
-                                                        error, reference);
-    ReportTree<kWords, kStart + kStride, kStride * 2, kCount / 2>(columns, nibbles, stride, low, high, scale, global,
-                                                                  down, error2, reference2);
+    ReportTree<kFrom, kStart, kStride * 2, kCount / 2>(columns, at, stride, low, high, scale, global, down, error,
+                                                       reference);
+    ReportTree<kFrom, kStart + kStride, kStride * 2, kCount / 2>(columns, at, stride, low, high, scale, global, down,
+                                                                 error2, reference2);
     error = hn::Add(error, error2);
     reference = hn::Add(reference, reference2);
   }
@@ -290,16 +299,17 @@ HWY_INLINE void ReportScales(VL amax, VL& down, VL& up) {
   up = hn::BitCast(dl, hn::ShiftLeft<23>(exponent));
 }
 
-// block_report_sums_nvfp4 of N lane blocks whose amax is known, into errors / references.
-template <bool kWords>
-HWY_INLINE void ReportLanes(const float* columns, const uint8_t* nibbles, size_t stride, VLU low, VLU high, VLI code,
-                            VL amax, float global_scale, double* errors, double* references) {
+// block_report_sums_nvfp4 of N lane blocks whose amax is known, into errors / references
+// (code and global_scale are not used with DeqFrom::values).
+template <DeqFrom kFrom>
+HWY_INLINE void ReportLanes(const float* columns, DeqPointers at, size_t stride, VLU low, VLU high, VLI code, VL amax,
+                            float global_scale, double* errors, double* references) {
   const DL dl;
   VL down, up;
   ReportScales(amax, down, up);
   VL error, reference;
-  ReportTree<kWords, 0, 1, Nvfp4::block>(columns, nibbles, stride, low, high, E4m3ValueOfPositive(code),
-                                         hn::Set(dl, global_scale), down, error, reference);
+  ReportTree<kFrom, 0, 1, Nvfp4::block>(columns, at, stride, low, high, E4m3ValueOfPositive(code),
+                                        hn::Set(dl, global_scale), down, error, reference);
   StoreWidened(error, up, errors);
   StoreWidened(reference, up, references);
 }
@@ -476,8 +486,8 @@ void ChooseLanes(const float* columns, size_t stride, float global_scale, const 
     stats.candidate_wins[k] += hn::CountTrue(di, hn::And(hn::Eq(best_k, hn::Set(di, k)), counted_i));
   StoreCodesAndNibbles(best_code, best_low, best_high, out);
   if constexpr (kReport)
-    ReportLanes<true>(columns, nullptr, stride, best_low, best_high, best_code, amax, global_scale, out.errors,
-                      out.references);
+    ReportLanes<DeqFrom::words>(columns, {}, stride, best_low, best_high, best_code, amax, global_scale, out.errors,
+                                out.references);
 }
 
 // N consecutive blocks of a row into lane layout: columns[e * N + l] = x[16 l + e], by two
@@ -504,6 +514,18 @@ void TransposeBlocks(const float* x, float* columns) {
   }
 }
 
+// Block sums of n lane blocks into stats in block order, as the ref's add_sums; in registers
+// (stats may alias errors as far as the compiler knows).
+HWY_INLINE void AddLaneSums(const double* errors, const double* references, size_t n, BlockStats& stats) {
+  double error_sq = stats.error_sq, reference_sq = stats.reference_sq;
+  for (size_t l = 0; l < n; ++l) {
+    error_sq += errors[l];
+    reference_sq += references[l];
+  }
+  stats.error_sq = error_sq;
+  stats.reference_sq = reference_sq;
+}
+
 // The hardware prefetcher alone left the first touch of each group (the transpose) waiting
 // on DRAM for a fifth of the RTN kernel's time. 2 KiB ahead measured best (1, 2, 4 and 8 KiB
 // tried); a prefetch past the end of the input never faults.
@@ -525,14 +547,7 @@ void QuantizeLaneBlocks(const float* x, float global_scale, const float* alphas,
   const LaneOutputs out{scales, reinterpret_cast<uint32_t*>(packed), errors, references};
   if (candidates == 1) ChooseLanes<false, true>(columns, n, global_scale, alphas, 1, n, out, stats);
   else ChooseLanes<true, true>(columns, n, global_scale, alphas, candidates, n, out, stats);
-  // In registers (stats may alias errors as far as the compiler knows), blocks in order.
-  double error_sq = stats.error_sq, reference_sq = stats.reference_sq;
-  for (size_t l = 0; l < n; ++l) {
-    error_sq += errors[l];
-    reference_sq += references[l];
-  }
-  stats.error_sq = error_sq;
-  stats.reference_sq = reference_sq;
+  AddLaneSums(errors, references, n, stats);
 }
 
 // block_report_sums_nvfp4 of N lane blocks from nibble bytes.
@@ -540,8 +555,26 @@ void LaneBlockErrors(const float* columns, const uint8_t* nibbles, size_t stride
                      float global_scale, double* errors, double* references) {
   const DLU du;
   const VLI code = hn::PromoteTo(DLI(), hn::LoadU(hn::Rebind<uint8_t, DL>(), codes));
-  ReportLanes<false>(columns, nibbles, stride, hn::Zero(du), hn::Zero(du), code, BlockAmax(columns, stride),
-                     global_scale, errors, references);
+  ReportLanes<DeqFrom::nibbles>(columns, {nibbles, nullptr}, stride, hn::Zero(du), hn::Zero(du), code,
+                                BlockAmax(columns, stride), global_scale, errors, references);
+}
+
+// add_row_report_sums_nvfp4 of the row's first blocks, N at a time; returns how many.
+size_t RowReportSumsLanes(const float* x, const float* deq, size_t blocks, BlockStats& stats) {
+  const DLU du;
+  const size_t n = hn::Lanes(DL());
+  if (n < 4) return 0; // halves of at least two lanes
+  HWY_ALIGN float x_columns[Nvfp4::block * kMaxLanes], deq_columns[Nvfp4::block * kMaxLanes];
+  HWY_ALIGN double errors[kMaxLanes], references[kMaxLanes];
+  size_t b = 0;
+  for (; b + n <= blocks; b += n) {
+    TransposeBlocks(x + b * Nvfp4::block, x_columns);
+    TransposeBlocks(deq + b * Nvfp4::block, deq_columns);
+    ReportLanes<DeqFrom::values>(x_columns, {nullptr, deq_columns}, n, hn::Zero(du), hn::Zero(du), hn::Zero(DLI()),
+                                 BlockAmax(x_columns, n), 0.0f, errors, references);
+    AddLaneSums(errors, references, n, stats);
+  }
+  return b;
 }
 
 #endif // HWY_TARGET != HWY_SCALAR
@@ -649,6 +682,15 @@ void BlockErrorsLanes(const float* columns, const uint8_t* nibbles, size_t strid
   }
 }
 
+void RowReportSums(const float* x, const float* deq, int cols, BlockStats& stats) {
+  const size_t blocks = size_t(cols) / Nvfp4::block;
+  size_t b = 0;
+#if HWY_TARGET != HWY_SCALAR
+  b = RowReportSumsLanes(x, deq, blocks, stats);
+#endif
+  for (; b < blocks; ++b) stats.add_sums(block_report_sums_nvfp4(x + b * Nvfp4::block, deq + b * Nvfp4::block));
+}
+
 // E4M3 codes times one E8M0 scale per 32: exact (one fp32 product, as the scalar loop).
 void DequantizeRowFp8(const uint8_t* codes, const uint8_t* scales, int cols, float* out) {
   using D = hn::CappedTag<float, 32>; // 32 % N == 0: one scale per vector
@@ -692,6 +734,7 @@ HWY_EXPORT(QuantizeRowNvfp4);
 HWY_EXPORT(ChooseBlockScalesLanes);
 HWY_EXPORT(DequantizeRowFp8);
 HWY_EXPORT(BlockErrorsLanes);
+HWY_EXPORT(RowReportSums);
 
 void quantize_row_nvfp4_simd(const float* x, int cols, float global_scale, const ScaleSearch& search,
                              uint8_t* packed, uint8_t* scales, BlockStats& stats) {
@@ -707,6 +750,10 @@ void choose_block_scales_nvfp4_lanes(const float* columns, size_t stride, int la
 void block_errors_nvfp4_lanes(const float* columns, const uint8_t* nibbles, size_t stride, int lanes,
                               const uint8_t* codes, float global_scale, double* errors, double* references) {
   HWY_DYNAMIC_DISPATCH(BlockErrorsLanes)(columns, nibbles, stride, lanes, codes, global_scale, errors, references);
+}
+
+void add_row_report_sums_nvfp4_simd(const float* x, const float* deq, int cols, BlockStats& stats) {
+  HWY_DYNAMIC_DISPATCH(RowReportSums)(x, deq, cols, stats);
 }
 
 void dequantize_row_fp8_e8m0_32_simd(const uint8_t* codes, const uint8_t* scales, int cols, float* out) {
