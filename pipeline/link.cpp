@@ -36,22 +36,37 @@ void Link::send_all(Tag tag, const std::vector<uint8_t>& bytes) {
   for (int dest = 0; dest < size_; ++dest) send(dest, tag, bytes);
 }
 
-std::optional<Message> Link::poll() {
-  if (!inbox_.empty()) {
-    Message message = std::move(inbox_.front());
-    inbox_.pop_front();
-    return message;
+// Posts a receive for every message that has arrived (a matched probe takes it off the
+// queue, so no later probe sees it again).
+void Link::start_receives() {
+  while (true) {
+    int flag = 0;
+    MPI_Message handle;
+    MPI_Status status;
+    check_mpi(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &handle, &status), "MPI_Improbe");
+    if (!flag) return;
+    int count = 0;
+    check_mpi(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
+    auto& receive = incoming_.emplace_back(
+        PendingReceive{MPI_REQUEST_NULL, Message{status.MPI_SOURCE, Tag(status.MPI_TAG), std::vector<uint8_t>(size_t(count))}});
+    check_mpi(MPI_Imrecv(receive.message.bytes.data(), count, MPI_BYTE, &handle, &receive.request), "MPI_Imrecv");
   }
-  int flag = 0;
-  MPI_Status status;
-  check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &status), "MPI_Iprobe");
-  if (!flag) return std::nullopt;
-  int count = 0;
-  check_mpi(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
-  Message message{status.MPI_SOURCE, Tag(status.MPI_TAG), std::vector<uint8_t>(size_t(count))};
-  check_mpi(MPI_Recv(message.bytes.data(), count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, MPI_COMM_WORLD,
-                     MPI_STATUS_IGNORE),
-            "MPI_Recv");
+}
+
+std::optional<Message> Link::poll() {
+  start_receives();
+  // Whole messages move to the inbox in match order: a chunk's data is never overtaken by
+  // a small message its sender sent after it.
+  while (!incoming_.empty()) {
+    int done = 0;
+    check_mpi(MPI_Test(&incoming_.front().request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (!done) break;
+    inbox_.push_back(std::move(incoming_.front().message));
+    incoming_.pop_front();
+  }
+  if (inbox_.empty()) return std::nullopt;
+  Message message = std::move(inbox_.front());
+  inbox_.pop_front();
   return message;
 }
 
@@ -66,6 +81,10 @@ void Link::progress() {
 void Link::drain() {
   for (auto& send : pending_) check_mpi(MPI_Wait(&send.request, MPI_STATUS_IGNORE), "MPI_Wait");
   pending_.clear();
+  // Matched messages nobody will read any more (the run is over) still complete before
+  // MPI_Finalize.
+  for (auto& receive : incoming_) check_mpi(MPI_Wait(&receive.request, MPI_STATUS_IGNORE), "MPI_Wait");
+  incoming_.clear();
 }
 
 } // namespace shardq

@@ -1,7 +1,8 @@
 // Messages between ranks: MPI point-to-point for other ranks, an in-process inbox for
 // messages a rank sends to itself. Only the main thread of a rank uses a Link
-// (MPI_THREAD_FUNNELED); sends are non-blocking so two ranks sending each other large
-// chunks never deadlock.
+// (MPI_THREAD_FUNNELED); sends and receives are non-blocking, so two ranks sending each
+// other large chunks never deadlock, and a rank never spins inside MPI while a large
+// message (a layer's factors, ~25 MB) trickles in at the pace of the sender's progress.
 #pragma once
 
 #include <cstdint>
@@ -75,18 +76,26 @@ class Link {
 
   void send(int dest, Tag tag, std::vector<uint8_t> bytes);
   void send_all(Tag tag, const std::vector<uint8_t>& bytes); // every rank, self included
+  // The next message that has arrived whole, in the order the messages were matched.
   std::optional<Message> poll();
   void progress(); // retire finished sends
-  void drain();    // wait for every send to finish
+  void drain();    // wait for every send and matched receive to finish
+  bool transferring() const { return !pending_.empty() || !incoming_.empty(); }
 
  private:
   struct PendingSend {
     MPI_Request request;
     std::vector<uint8_t> bytes;
   };
+  struct PendingReceive {
+    MPI_Request request;
+    Message message;
+  };
+  void start_receives();
   int rank_ = 0, size_ = 1;
   std::deque<Message> inbox_;
   std::list<PendingSend> pending_;
+  std::deque<PendingReceive> incoming_; // matched, in match order (deque: stable references)
 };
 
 // MPI failures: the call, the rank and the code's text.

@@ -27,6 +27,8 @@ namespace {
 constexpr size_t kItemsPerRank = 2;
 constexpr auto kWaitRetry = std::chrono::milliseconds(20);
 constexpr auto kIdleSleep = std::chrono::microseconds(500);
+// While messages are in flight: large ones move a fragment or a few per progress call.
+constexpr auto kTransferSleep = std::chrono::microseconds(50);
 
 std::string toml_string(const std::string& text) {
   std::string quoted = "\"";
@@ -254,7 +256,7 @@ struct RankLoop {
       worker.rethrow_if_failed();
       if (coordinator) coordinator->tick();
       link.progress();
-      if (!busy) std::this_thread::sleep_for(kIdleSleep);
+      if (!busy) std::this_thread::sleep_for(link.transferring() ? kTransferSleep : kIdleSleep);
     }
     worker.stop();
     link.drain();
