@@ -185,7 +185,14 @@ Plan make_plan(const Job& job, int ranks) {
   return plan;
 }
 
-std::vector<float> read_dequantized_wkv(const Plan& plan, int layer) {
+namespace {
+
+struct WkvFp8 {
+  std::vector<uint8_t> codes, scales;
+  uint64_t out_rows = 0, in_cols = 0;
+};
+
+WkvFp8 read_wkv_fp8(const Plan& plan, int layer) {
   const std::string weight_name = plan.wkv_weight(layer), scale_name = plan.wkv_scale(layer);
   const io::Reader weights(plan.src / plan.shards[plan.shard_of_tensor(weight_name)].file);
   const io::Reader scales(plan.src / plan.shards[plan.shard_of_tensor(scale_name)].file);
@@ -196,10 +203,15 @@ std::vector<float> read_dequantized_wkv(const Plan& plan, int layer) {
     throw PipelineError(fmt::format("{}: tensor '{}' must be F8_E4M3 [*, {}] (24 hash columns x 256)",
                                     weights.path().string(), weight_name, in_cols));
   }
-  const uint64_t out_rows = weight.shape[0];
+  WkvFp8 wkv;
+  wkv.in_cols = in_cols;
+  const uint64_t out_rows = wkv.out_rows = weight.shape[0];
   expect_tensor(weight, io::Dtype::F8_E4M3, {out_rows, in_cols}, weights.path().string());
   expect_tensor(scale, io::Dtype::F8_E8M0, {(out_rows + 31) / 32, (in_cols + 31) / 32}, scales.path().string());
-  std::vector<uint8_t> codes(weight.end - weight.begin), scale_bytes(scale.end - scale.begin);
+  std::vector<uint8_t>& codes = wkv.codes;
+  std::vector<uint8_t>& scale_bytes = wkv.scales;
+  codes.resize(weight.end - weight.begin);
+  scale_bytes.resize(scale.end - scale.begin);
   weights.read_bytes(weight.begin, codes);
   scales.read_bytes(scale.begin, scale_bytes);
   for (size_t i = 0; i < codes.size(); ++i) {
@@ -214,8 +226,17 @@ std::vector<float> read_dequantized_wkv(const Plan& plan, int layer) {
                                       scale_name, i));
     }
   }
-  return dequantize_wkv_fp8(codes.data(), scale_bytes.data(), int(out_rows), int(in_cols));
+  return wkv;
 }
+
+} // namespace
+
+std::vector<float> read_dequantized_wkv(const Plan& plan, int layer) {
+  const WkvFp8 wkv = read_wkv_fp8(plan, layer);
+  return dequantize_wkv_fp8(wkv.codes.data(), wkv.scales.data(), int(wkv.out_rows), int(wkv.in_cols));
+}
+
+void check_wkv(const Plan& plan, int layer) { read_wkv_fp8(plan, layer); }
 
 OutputSlot weight_slot(const Plan& plan, const TablePlan& table) {
   const ShardPlan& shard = plan.shards[table.shard];

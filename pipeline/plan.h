@@ -76,6 +76,8 @@ Plan make_plan(const Job& job, int ranks);
 // The layer's wkv weight dequantized exactly (FP8 with 32x32 E8M0 blocks), row-major
 // [out, columns * 256]; refuses a missing wkv, the wrong shape or NaN codes, naming it.
 std::vector<float> read_dequantized_wkv(const Plan& plan, int layer);
+// The same checks without the dequantization (before any work: refuse a bad wkv early).
+void check_wkv(const Plan& plan, int layer);
 
 // Output slots (file offsets) of a table in its planned output shard.
 OutputSlot weight_slot(const Plan& plan, const TablePlan& table);

@@ -161,7 +161,7 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
     spdlog::info("resuming from {} (generation {})", checkpoint_path.string(), state.generation);
   }
   if (plan.job.uses_gptq() && state.factors.size() < plan.tables.size()) {
-    for (const auto& table : plan.tables) read_dequantized_wkv(plan, table.layer); // refuse a bad wkv before any work
+    for (const auto& table : plan.tables) check_wkv(plan, table.layer); // refuse a bad wkv before any work
   }
   link_unchanged(plan);
   // Resuming (from either generation) keeps the .partial files; a fresh start rewrites them.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/formats.h"
+#include "kernels/nvfp4.h"
 #include "stages/stage_error.h"
 
 namespace shardq {
@@ -37,12 +38,11 @@ bool all_finite(const RowMatrix& m) { return m.allFinite(); }
 std::vector<float> dequantize_wkv_fp8(const uint8_t* codes, const uint8_t* scales, int out_rows, int in_cols) {
   const int scale_cols = (in_cols + kWkvScaleBlock - 1) / kWkvScaleBlock;
   std::vector<float> out(size_t(out_rows) * size_t(in_cols));
+  static_assert(kWkvScaleBlock == 32, "each row is the source-row format: one E8M0 per 32 values");
   for (int r = 0; r < out_rows; ++r) {
-    const uint8_t* scale_row = scales + size_t(r / kWkvScaleBlock) * size_t(scale_cols);
-    const uint8_t* code_row = codes + size_t(r) * size_t(in_cols);
-    float* out_row = out.data() + size_t(r) * size_t(in_cols);
-    for (int c = 0; c < in_cols; ++c)
-      out_row[c] = e4m3_to_float(code_row[c]) * e8m0_to_float(scale_row[c / kWkvScaleBlock]);
+    dequantize_row_fp8_e8m0_32_simd(codes + size_t(r) * size_t(in_cols),
+                                    scales + size_t(r / kWkvScaleBlock) * size_t(scale_cols), in_cols,
+                                    out.data() + size_t(r) * size_t(in_cols));
   }
   return out;
 }
