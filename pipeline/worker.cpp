@@ -99,15 +99,22 @@ void Worker::rethrow_if_failed() {
   if (failure_) std::rethrow_exception(failure_);
 }
 
+void Worker::wait_for_result(std::chrono::microseconds timeout) {
+  std::unique_lock lock(mutex_);
+  result_ready_.wait_for(lock, timeout, [&] { return !results_.empty() || failure_; });
+}
+
 void Worker::emit(int dest, Tag tag, std::vector<uint8_t> bytes) {
   std::lock_guard lock(mutex_);
   results_.push_back({dest, tag, std::move(bytes)});
+  result_ready_.notify_one();
 }
 
 void Worker::fail(std::exception_ptr failure) {
   std::lock_guard lock(mutex_);
   if (!failure_) failure_ = failure;
   reading_ = computing_ = false;
+  result_ready_.notify_one();
 }
 
 // Reads one item ahead of the compute thread: its source rows are in memory by the time

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -43,6 +44,8 @@ class Worker {
   void write_received(const ChunkResult& result, std::span<const uint8_t> packed, std::span<const uint8_t> scales);
   void cancel();       // drop the computing item (if it can be dropped) and everything not yet computed
   std::optional<Outgoing> pop_result();
+  // Returns when a result (or a failure) is waiting, or after `timeout`.
+  void wait_for_result(std::chrono::microseconds timeout);
   void rethrow_if_failed();
   void stop();
 
@@ -78,6 +81,7 @@ class Worker {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
+  std::condition_variable result_ready_; // the main thread's wait
   std::deque<WorkItem> queue_;                         // assigned, not yet read
   std::deque<ReadItem> ready_;                         // read, not yet computed
   std::vector<std::unique_ptr<SourceRows>> free_rows_; // buffers to read into
