@@ -342,29 +342,33 @@ double sum_of_squares_fp64(const float* v) {
   return lanes[0];
 }
 
-// One tile of up to kTile rows: [E; X] (2 kTile x 256, zero-padded, fp32, columns in the
+// Rows per strmm of the weighted error: OpenBLAS packs the root at every call, so fewer,
+// taller calls (the product is 256 KiB, still in L2).
+constexpr int kWeightedTile = 128;
+
+// One tile of up to kWeightedTile rows: [E; X] (2 kWeightedTile x 256, zero-padded, fp32, columns in the
 // root's order) times G^T in place by one strmm of fixed shape, then each row's sum of
 // squares in fp64.
 void weighted_error_tile(const GramRoot& root, const float* original, const float* dequantized, int rows,
                          float* product, double* row_error, double* row_reference) {
-  std::fill(product + size_t(rows) * kCols, product + size_t(kTile) * kCols, 0.0f);
-  std::fill(product + size_t(kTile + rows) * kCols, product + size_t(2) * kTile * kCols, 0.0f);
+  std::fill(product + size_t(rows) * kCols, product + size_t(kWeightedTile) * kCols, 0.0f);
+  std::fill(product + size_t(kWeightedTile + rows) * kCols, product + size_t(2) * kWeightedTile * kCols, 0.0f);
   const int32_t* order = root.order.data();
   for (int r = 0; r < rows; ++r) {
     const float* x = original + size_t(r) * kCols;
     const float* deq = dequantized + size_t(r) * kCols;
     float* error = product + size_t(r) * kCols;
-    float* reference = product + size_t(kTile + r) * kCols;
+    float* reference = product + size_t(kWeightedTile + r) * kCols;
     for (int k = 0; k < kCols; ++k) {
       error[k] = deq[order[k]] - x[order[k]];
       reference[k] = x[order[k]];
     }
   }
-  cblas_strmm(CblasRowMajor, CblasRight, CblasUpper, CblasTrans, CblasNonUnit, 2 * kTile, kCols, 1.0f,
+  cblas_strmm(CblasRowMajor, CblasRight, CblasUpper, CblasTrans, CblasNonUnit, 2 * kWeightedTile, kCols, 1.0f,
               root.upper.data(), kCols, product, kCols);
   for (int r = 0; r < rows; ++r) {
     row_error[r] = sum_of_squares_fp64(product + size_t(r) * kCols);
-    row_reference[r] = sum_of_squares_fp64(product + size_t(kTile + r) * kCols);
+    row_reference[r] = sum_of_squares_fp64(product + size_t(kWeightedTile + r) * kCols);
   }
 }
 
@@ -439,10 +443,10 @@ void gptq_quantize_rows_ref(const float* x, int rows, const double* upper, float
 
 void weighted_error_rows(const GramRoot& root, const float* original, const float* dequantized, int rows,
                          double* row_error, double* row_reference) {
-  thread_local std::vector<float> product(size_t(2) * kTile * kCols);
-  for (int r0 = 0; r0 < rows; r0 += kTile)
+  thread_local std::vector<float> product(size_t(2) * kWeightedTile * kCols);
+  for (int r0 = 0; r0 < rows; r0 += kWeightedTile)
     weighted_error_tile(root, original + size_t(r0) * kCols, dequantized + size_t(r0) * kCols,
-                        std::min(kTile, rows - r0), product.data(), row_error + r0, row_reference + r0);
+                        std::min(kWeightedTile, rows - r0), product.data(), row_error + r0, row_reference + r0);
 }
 
 void add_weighted_error(const GramRoot& root, const float* original, const float* dequantized, int rows,
