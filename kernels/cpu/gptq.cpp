@@ -346,9 +346,9 @@ double sum_of_squares_fp64(const float* v) {
 // taller calls (the product is 256 KiB, still in L2).
 constexpr int kWeightedTile = 128;
 
-// One tile of up to kWeightedTile rows: [E; X] (2 kWeightedTile x 256, zero-padded, fp32, columns in the
-// root's order) times G^T in place by one strmm of fixed shape, then each row's sum of
-// squares in fp64.
+// One tile of up to kWeightedTile rows: [E; X] (2 kWeightedTile x 256, zero-padded, fp32,
+// columns in the root's order) times G^T in place by one strmm of fixed shape, then each
+// row's sum of squares in fp64.
 void weighted_error_tile(const GramRoot& root, const float* original, const float* dequantized, int rows,
                          float* product, double* row_error, double* row_reference) {
   std::fill(product + size_t(rows) * kCols, product + size_t(kWeightedTile) * kCols, 0.0f);

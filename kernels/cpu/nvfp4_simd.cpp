@@ -148,10 +148,11 @@ HWY_INLINE VL E4m3ValueOfPositive(VLI code) {
 }
 
 // The ref's e2m1_from_float on finite q, and value = its +-E2M1 value. |q|, clamped to 8
-// (so the sum below stays in its magic number's binade), is rounded to the E2M1 grid by one fp32 addition of a magic
-// number whose ulp is the grid step there (2^22: step 0.5 below 2; 2^23: 1 below 4; 2^24:
-// 2 above), so the hardware's ties-to-even on the sum's mantissa lands exactly where the
-// ref's thresholds do (0.25 -> 0, 0.75 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4). The
+// (so the sum below stays in its magic number's binade), is rounded to the E2M1 grid by
+// one fp32 addition of a magic number whose ulp is the grid step there (2^22: step 0.5
+// below 2; 2^23: 1 below 4; 2^24: 2 above), so the hardware's ties-to-even on the sum's
+// mantissa lands exactly where the ref's thresholds do (0.25 -> 0, 0.75 -> 1, 1.75 -> 2,
+// 2.5 -> 2, 3.5 -> 4, 5 -> 4). The
 // magic numbers carry an offset in their mantissa (0, 2 and 4 steps) that makes the sum's
 // mantissa field the E2M1 index itself: round(2a), round(a) + 2, round(a / 2) + 4, then
 // saturated at 7 (value 6).
@@ -402,44 +403,38 @@ HWY_INLINE void StoreCodesAndNibbles(VLI code, VLU low, VLU high, const LaneOutp
   if (out.packed != nullptr) hn::StoreInterleaved2(low, high, DLU(), out.packed);
 }
 
-// choose_and_quantize_block_nvfp4 on N lane blocks at once, counters for lanes < counted.
-// kError: the candidates' fp64 errors decide (the MSE search); without it there is one
-// candidate, quantized straight away. kReport: out.errors / out.references get the chosen
-// nibbles' block_report_sums_nvfp4 (with one candidate straight from its values, with the
-// search from the packed words). Candidates are walked from the largest alpha down and a
-// lane moves only on a strictly smaller error, so exact ties keep the larger alpha; a
-// candidate whose code equals the lane's best gives the same error and never moves it (the
-// ref's skip).
-template <bool kError, bool kReport>
-void ChooseLanes(const float* columns, size_t stride, float global_scale, const float* alphas, int candidates,
-                 size_t counted, const LaneOutputs& out, BlockStats& stats) {
+// One candidate (RTN): its code, nibbles and, with kReport, its report terms straight from
+// its values.
+template <bool kReport>
+HWY_INLINE void QuantizeLanesAtAlpha(const float* columns, size_t stride, VL amax, hn::Mask<DL> zero, VL six_global,
+                                     VL global, float alpha, const LaneOutputs& out) {
+  const DLU du;
+  const VLI code = ScaleCodes(amax, zero, six_global, alpha);
+  const VL scale = E4m3ValueOfPositive(code);
+  VLU low = hn::Zero(du), high = hn::Zero(du);
+  VLD unused_lo, unused_hi;
+  VL down = hn::Zero(DL()), up = hn::Zero(DL()), error, reference;
+  if constexpr (kReport) ReportScales(amax, down, up);
+  CandidateTree<false, kReport, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale, global, down, low,
+                                                    high, unused_lo, unused_hi, error, reference);
+  StoreCodesAndNibbles(code, low, high, out);
+  if constexpr (kReport) {
+    StoreWidened(error, up, out.errors);
+    StoreWidened(reference, up, out.references);
+  }
+}
+
+// The MSE search. Candidates are walked from the largest alpha down and a lane moves only on
+// a strictly smaller fp64 error, so exact ties keep the larger alpha; a candidate whose code
+// equals the lane's best gives the same error and never moves it (the ref's skip). With
+// kReport, the chosen nibbles' report sums from the packed words. Returns each lane's k.
+template <bool kReport>
+HWY_INLINE VLI SearchLanes(const float* columns, size_t stride, VL amax, hn::Mask<DL> zero, VL six_global, VL global,
+                           float global_scale, const float* alphas, int candidates, const LaneOutputs& out) {
   const DL dl;
   const DLI di;
   const DLU du;
   const DLD dd;
-  const VL amax = BlockAmax(columns, stride);
-  const VL six_global = hn::Set(dl, E2M1::max * global_scale), global = hn::Set(dl, global_scale);
-  const auto zero = hn::Eq(amax, hn::Zero(dl));
-  CountBlocks(amax, zero, six_global, counted, stats);
-  VLU low = hn::Zero(du), high = hn::Zero(du);
-  VLD lo, hi;
-  VL down = hn::Zero(dl), up = hn::Zero(dl), error32, reference32;
-
-  if constexpr (!kError) {
-    const VLI code = ScaleCodes(amax, zero, six_global, alphas[0]);
-    const VL scale = E4m3ValueOfPositive(code);
-    if constexpr (kReport) ReportScales(amax, down, up);
-    CandidateTree<false, kReport, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale, global, down,
-                                                      low, high, lo, hi, error32, reference32);
-    stats.candidate_wins[0] += counted;
-    StoreCodesAndNibbles(code, low, high, out);
-    if constexpr (kReport) {
-      StoreWidened(error32, up, out.errors);
-      StoreWidened(reference32, up, out.references);
-    }
-    return;
-  }
-
   // Distinct codes per lane: a candidate whose code equals the previous one's gives the
   // same error and never wins (codes fall as alpha falls, so repeats are adjacent), so each
   // lane only evaluates its distinct codes, in walk order, each with its first (largest) k.
@@ -450,16 +445,16 @@ void ChooseLanes(const float* columns, size_t stride, float global_scale, const 
   VLI best_code = hn::Zero(di), best_k = hn::Zero(di);
   VLU best_low = hn::Zero(du), best_high = hn::Zero(du);
   VLD best_lo = hn::Zero(dd), best_hi = hn::Zero(dd);
+  const VL no_down = hn::Zero(dl); // no report terms during the search
   for (int slot = 0; slot < slots; ++slot) {
     const VLI code = hn::Load(di, slot_codes + size_t(slot) * n);
     const VLI k = hn::Load(di, slot_ks + size_t(slot) * n);
     const VL scale = E4m3ValueOfPositive(code);
-    low = hn::Zero(du);
-    high = hn::Zero(du);
-    lo = hn::Zero(dd);
-    hi = hn::Zero(dd);
-    CandidateTree<true, false, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale, global, down, low,
-                                                   high, lo, hi, error32, reference32);
+    VLU low = hn::Zero(du), high = hn::Zero(du);
+    VLD lo = hn::Zero(dd), hi = hn::Zero(dd);
+    VL unused_error, unused_reference;
+    CandidateTree<true, false, 0, 1, Nvfp4::block>(columns, stride, hn::Mul(scale, global), scale, global, no_down,
+                                                   low, high, lo, hi, unused_error, unused_reference);
     if (slot == 0) {
       best_code = code;
       best_k = k;
@@ -481,13 +476,36 @@ void ChooseLanes(const float* columns, size_t stride, float global_scale, const 
     best_lo = hn::IfThenElse(better_lo, lo, best_lo);
     best_hi = hn::IfThenElse(better_hi, hi, best_hi);
   }
-  const auto counted_i = hn::RebindMask(di, hn::FirstN(dl, counted));
-  for (int k = 0; k < candidates; ++k)
-    stats.candidate_wins[k] += hn::CountTrue(di, hn::And(hn::Eq(best_k, hn::Set(di, k)), counted_i));
   StoreCodesAndNibbles(best_code, best_low, best_high, out);
   if constexpr (kReport)
     ReportLanes<DeqFrom::words>(columns, {}, stride, best_low, best_high, best_code, amax, global_scale, out.errors,
                                 out.references);
+  return best_k;
+}
+
+// choose_and_quantize_block_nvfp4 on N lane blocks at once, counters for lanes < counted.
+// kError: the candidates' fp64 errors decide (the MSE search); without it there is one
+// candidate. kReport: out.errors / out.references get the chosen nibbles'
+// block_report_sums_nvfp4.
+template <bool kError, bool kReport>
+void ChooseLanes(const float* columns, size_t stride, float global_scale, const float* alphas, int candidates,
+                 size_t counted, const LaneOutputs& out, BlockStats& stats) {
+  const DL dl;
+  const DLI di;
+  const VL amax = BlockAmax(columns, stride);
+  const VL six_global = hn::Set(dl, E2M1::max * global_scale), global = hn::Set(dl, global_scale);
+  const auto zero = hn::Eq(amax, hn::Zero(dl));
+  CountBlocks(amax, zero, six_global, counted, stats);
+  if constexpr (!kError) {
+    QuantizeLanesAtAlpha<kReport>(columns, stride, amax, zero, six_global, global, alphas[0], out);
+    stats.candidate_wins[0] += counted;
+  } else {
+    const VLI best_k =
+        SearchLanes<kReport>(columns, stride, amax, zero, six_global, global, global_scale, alphas, candidates, out);
+    const auto counted_i = hn::RebindMask(di, hn::FirstN(dl, counted));
+    for (int k = 0; k < candidates; ++k)
+      stats.candidate_wins[k] += hn::CountTrue(di, hn::And(hn::Eq(best_k, hn::Set(di, k)), counted_i));
+  }
 }
 
 // N consecutive blocks of a row into lane layout: columns[e * N + l] = x[16 l + e], by two
