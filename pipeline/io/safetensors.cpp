@@ -13,6 +13,7 @@
 #include <set>
 #include <utility>
 
+#include "pipeline/io/direct_writer.h"
 #include "pipeline/io/posix_file.h"
 #include "pipeline/io/strict_json.h"
 
@@ -332,7 +333,7 @@ Writer::Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> 
 Writer::Writer(Writer&& other) noexcept
     : final_path_(std::move(other.final_path_)), partial_path_(std::move(other.partial_path_)),
       tensors_(std::move(other.tensors_)), by_name_(std::move(other.by_name_)), header_(std::move(other.header_)),
-      data_offset_(other.data_offset_), fd_(std::exchange(other.fd_, -1)) {}
+      data_offset_(other.data_offset_), fd_(std::exchange(other.fd_, -1)), direct_(std::move(other.direct_)) {}
 
 Writer::~Writer() {
   if (fd_ >= 0) ::close(fd_);
@@ -386,6 +387,7 @@ void Writer::open(bool resume) {
   for (size_t i = 0; i < 8; ++i) prefix[i] = char(uint8_t(header_length >> (8 * i)));
   prefix += header_;
   pwrite_full(fd_, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size(), 0, label);
+  direct_ = std::make_unique<DirectWriter>(partial_path_);
 }
 
 void Writer::write_rows(const TensorInfo& tensor, uint64_t first_row, std::span<const uint8_t> bytes) {
@@ -408,7 +410,14 @@ void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes)
   if (buffer_offset > buffer_size() || bytes.size() > buffer_size() - buffer_offset) {
     throw IoError(fmt::format("{}: bytes [{}, {}) outside the {}-byte data buffer", label, buffer_offset, buffer_offset + bytes.size(), buffer_size()));
   }
-  pwrite_full(fd_, bytes.data(), bytes.size(), data_offset_ + buffer_offset, label);
+  const uint64_t offset = data_offset_ + buffer_offset;
+  const DirectWriter::Range pages = direct_->pages_inside(offset, bytes.size());
+  if (pages.empty() || !direct_->write(bytes, offset, pages)) {
+    pwrite_full(fd_, bytes.data(), bytes.size(), offset, label);
+    return;
+  }
+  pwrite_full(fd_, bytes.data(), pages.begin - offset, offset, label);
+  pwrite_full(fd_, bytes.data() + (pages.end - offset), offset + bytes.size() - pages.end, pages.end, label);
 }
 
 void Writer::sync() {
@@ -419,6 +428,7 @@ void Writer::sync() {
 
 void Writer::finish() {
   sync();
+  direct_.reset();
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) throw IoError(fmt::format("{}: close failed: {}", partial_path_.string(), errno_text(errno)));
   if (::rename(partial_path_.c_str(), final_path_.c_str()) != 0) {

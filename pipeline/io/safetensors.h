@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <functional>
@@ -74,6 +75,8 @@ class Reader {
 std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t header_length, uint64_t file_size,
                                      const std::string& file_label, std::map<std::string, std::string>* metadata);
 
+class DirectWriter;
+
 struct TensorSpec {
   std::string name;
   Dtype dtype;
@@ -83,7 +86,8 @@ struct TensorSpec {
 // The whole layout is planned up front from (name, dtype, shape) in order; the header is
 // padded with spaces so the data buffer starts at a 4096-aligned offset. Bytes go in by
 // pwrite at planned offsets (any order, any thread); finish() fsyncs and renames
-// NAME.partial -> NAME and fsyncs the folder.
+// NAME.partial -> NAME and fsyncs the folder. The whole pages inside a large write skip
+// the page cache (DirectWriter).
 class Writer {
  public:
   static constexpr uint64_t kAlignment = 4096;
@@ -125,6 +129,7 @@ class Writer {
   std::string header_;
   uint64_t data_offset_ = 0;
   int fd_ = -1;
+  std::unique_ptr<DirectWriter> direct_; // the page-aligned middle of large writes
 };
 
 } // namespace shardq::io
