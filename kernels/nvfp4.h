@@ -127,6 +127,9 @@ void block_errors_nvfp4_lanes(const float* columns, const uint8_t* nibbles, size
                               const uint8_t* codes, float global_scale, double* errors, double* references);
 
 void dequantize_row_nvfp4(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out);
+// Same values, Highway SIMD with runtime dispatch: bit-identical for every non-NaN result
+// (cols a multiple of the block, as the scalar one).
+void dequantize_row_nvfp4_simd(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out);
 
 // Source rows: E4M3 values with one E8M0 scale per 32 (the DeepSeek FP8 row format).
 void dequantize_row_fp8_e8m0_32(const uint8_t* codes, const uint8_t* scales, int cols, float* out);

@@ -79,8 +79,8 @@ void quantize_column_rows(const float* rows, uint64_t n, int cols, int column, c
   thread_local std::vector<float> dequantized; // grows once to a piece; every value written
   if (dequantized.size() < n * cols) dequantized.resize(n * cols);
   for (uint64_t r = 0; r < n; ++r) {
-    dequantize_row_nvfp4(packed + r * packed_cols, scales + r * scale_cols, cols, params.global_scale,
-                         dequantized.data() + r * cols);
+    dequantize_row_nvfp4_simd(packed + r * packed_cols, scales + r * scale_cols, cols, params.global_scale,
+                              dequantized.data() + r * cols);
   }
   if (gptq) add_row_errors(rows, dequantized.data(), n, cols, stats);
   if (params.factors) add_weighted_errors(rows, dequantized.data(), n, column, *params.factors, stats);

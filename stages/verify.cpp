@@ -33,7 +33,7 @@ void verify_nvfp4_rows(const Fp8RowChunk& source, const uint8_t* packed, const u
       }
     }
     dequantize_chunk_row(source, r, x.data());
-    dequantize_row_nvfp4(packed + r * (cols / 2), row_scales, cols, global_scale, deq.data());
+    dequantize_row_nvfp4_simd(packed + r * (cols / 2), row_scales, cols, global_scale, deq.data());
     BlockStats row_sums; // the report's rule, so a verified output reproduces its figure exactly
     add_row_report_sums_nvfp4_simd(x.data(), deq.data(), cols, row_sums);
     for (int i = 0; check_bound && i < cols; ++i) {

@@ -744,6 +744,40 @@ void DequantizeRowFp8(const uint8_t* codes, const uint8_t* scales, int cols, flo
   for (int i = g * 32; i < cols; ++i) out[i] = e4m3_to_float(codes[i]) * e8m0_to_float(scales[i / 32]);
 }
 
+// E2M1 codes (in u32 lanes, 0..15) to their fp32 values, by bits: magnitude 1 is 0.5
+// (2^-1); magnitudes 2..7 are 2^(e-1) * (1 + m/2), i.e. (126 << 23) + (mag << 22); then the sign.
+template <class DU>
+hn::Vec<DU> E2M1Bits(DU du, hn::Vec<DU> code) {
+  const auto magnitude = hn::And(code, hn::Set(du, 7u));
+  auto bits = hn::Add(hn::Set(du, 126u << 23), hn::ShiftLeft<22>(magnitude));
+  bits = hn::IfThenElse(hn::Eq(magnitude, hn::Set(du, 1u)), hn::Set(du, 126u << 23), bits);
+  bits = hn::IfThenZeroElse(hn::Eq(magnitude, hn::Zero(du)), bits);
+  return hn::Or(bits, hn::ShiftLeft<28>(hn::And(code, hn::Set(du, 8u))));
+}
+
+// dequantize_row_nvfp4: each value e2m1 * scale * global_scale in that order (the
+// scalar rule), even elements from low nibbles, odd from high, stored interleaved.
+void DequantizeRowNvfp4(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out) {
+  using D = hn::CappedTag<float, Nvfp4::block / 2>; // N divides a block's 8 bytes
+  const D d;
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint8_t, D> d8;
+  const size_t n = hn::Lanes(d);
+  const auto global = hn::Set(d, global_scale);
+  const int blocks = cols / Nvfp4::block;
+  for (int b = 0; b < blocks; ++b) {
+    const auto scale = hn::Set(d, e4m3_to_float(scales[b]));
+    for (size_t i = 0; i < Nvfp4::block / 2; i += n) {
+      const size_t byte = size_t(b) * (Nvfp4::block / 2) + i;
+      const auto codes = hn::PromoteTo(du, hn::LoadU(d8, packed + byte));
+      const auto even = hn::BitCast(d, E2M1Bits(du, hn::And(codes, hn::Set(du, 0xFu))));
+      const auto odd = hn::BitCast(d, E2M1Bits(du, hn::ShiftRight<4>(codes)));
+      hn::StoreInterleaved2(hn::Mul(hn::Mul(even, scale), global), hn::Mul(hn::Mul(odd, scale), global), d,
+                            out + 2 * byte);
+    }
+  }
+}
+
 } // namespace HWY_NAMESPACE
 } // namespace shardq
 HWY_AFTER_NAMESPACE();
@@ -756,6 +790,7 @@ HWY_EXPORT(ChooseBlockScalesLanes);
 HWY_EXPORT(DequantizeRowFp8);
 HWY_EXPORT(BlockErrorsLanes);
 HWY_EXPORT(RowReportSums);
+HWY_EXPORT(DequantizeRowNvfp4);
 
 void quantize_row_nvfp4_simd(const float* x, int cols, float global_scale, const ScaleSearch& search,
                              uint8_t* packed, uint8_t* scales, BlockStats& stats) {
@@ -779,6 +814,10 @@ void add_row_report_sums_nvfp4_simd(const float* x, const float* deq, int cols, 
 
 void dequantize_row_fp8_e8m0_32_simd(const uint8_t* codes, const uint8_t* scales, int cols, float* out) {
   HWY_DYNAMIC_DISPATCH(DequantizeRowFp8)(codes, scales, cols, out);
+}
+
+void dequantize_row_nvfp4_simd(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeRowNvfp4)(packed, scales, cols, global_scale, out);
 }
 
 } // namespace shardq

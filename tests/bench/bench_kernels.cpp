@@ -86,6 +86,31 @@ void BM_fp8_dequantize_simd(benchmark::State& state) {
   run_fp8_dequantize(state, shardq::dequantize_row_fp8_e8m0_32_simd);
 }
 
+// The stage's decode of its own output for the error sums: NVFP4 codes + E4M3 scales ->
+// fp32 (GB/s counts the fp32 output bytes, as above).
+using Nvfp4RowDecoder = void (*)(const uint8_t*, const uint8_t*, int, float, float*);
+
+void run_nvfp4_dequantize(benchmark::State& state, Nvfp4RowDecoder kernel) {
+  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 16);
+  std::mt19937 rng(44);
+  for (auto& byte : packed) byte = uint8_t(rng());
+  for (auto& s : scales) s = uint8_t(40 + rng() % 40); // finite E4M3 scales
+  std::vector<float> out(size_t(kRows) * kCols);
+  const float global = shardq::Nvfp4::global_scale(0.1f);
+  for (auto _ : state) {
+    for (int r = 0; r < kRows; ++r)
+      kernel(packed.data() + size_t(r) * kCols / 2, scales.data() + size_t(r) * kCols / 16, kCols, global,
+             out.data() + size_t(r) * kCols);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state);
+}
+
+void BM_nvfp4_dequantize_scalar(benchmark::State& state) { run_nvfp4_dequantize(state, shardq::dequantize_row_nvfp4); }
+void BM_nvfp4_dequantize_simd(benchmark::State& state) {
+  run_nvfp4_dequantize(state, shardq::dequantize_row_nvfp4_simd);
+}
+
 void BM_nvfp4_rtn_ref(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_ref, 1); }
 void BM_nvfp4_rtn_simd(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_simd, 1); }
 void BM_nvfp4_mse_ref(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_ref, 8); }
@@ -96,6 +121,8 @@ void BM_nvfp4_mse_simd(benchmark::State& state) { run_kernel(state, shardq::quan
 BENCHMARK(BM_memcpy_fp32_rows)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_fp8_dequantize_scalar)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_fp8_dequantize_simd)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_nvfp4_dequantize_scalar)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_nvfp4_dequantize_simd)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_nvfp4_rtn_ref)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_nvfp4_rtn_simd)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_nvfp4_mse_ref)->Unit(benchmark::kMillisecond);

@@ -208,6 +208,29 @@ TEST(Fp8DequantizeSimd, EveryCodeTimesScalesEqualsScalar) {
   });
 }
 
+TEST(Nvfp4DequantizeSimd, EveryByteAndScaleCodeEqualsScalar) {
+  for_each_target([](const std::string& on) {
+    // 256 blocks: block b has scale code b (every E4M3 code, NaN and zero included) and
+    // bytes that walk all 256 values over the row, so every nibble pair meets every scale.
+    const int blocks = 256, cols = blocks * Nvfp4::block;
+    std::vector<uint8_t> packed(size_t(cols) / 2), scales(blocks);
+    for (size_t i = 0; i < packed.size(); ++i) packed[i] = uint8_t(i * 37 + i / 256);
+    for (int b = 0; b < blocks; ++b) scales[size_t(b)] = uint8_t(b);
+    for (const float global : {1.0f, 1.0f / 2688.0f, 3.1e-5f, 7.5e3f}) {
+      std::vector<float> ref(cols), simd(cols, -1.0f);
+      dequantize_row_nvfp4(packed.data(), scales.data(), cols, global, ref.data());
+      dequantize_row_nvfp4_simd(packed.data(), scales.data(), cols, global, simd.data());
+      for (int i = 0; i < cols; ++i) {
+        const uint8_t byte = packed[size_t(i) / 2];
+        const std::string where = "nibble " + std::to_string(i % 2 ? byte >> 4 : byte & 0xF) + " scale code " +
+                                  std::to_string(scales[size_t(i) / Nvfp4::block]) + " global " + std::to_string(global) + on;
+        if (std::isnan(ref[size_t(i)])) EXPECT_TRUE(std::isnan(simd[size_t(i)])) << where;
+        else ASSERT_TRUE(same_bits(simd[size_t(i)], ref[size_t(i)])) << where << ": " << simd[size_t(i)] << " vs " << ref[size_t(i)];
+      }
+    }
+  });
+}
+
 TEST(Nvfp4SimdLanes, BlockErrorsEqualScalar) {
   for_each_target([](const std::string& on) {
     std::mt19937 rng(23);
