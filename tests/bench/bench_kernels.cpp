@@ -61,8 +61,19 @@ void BM_memcpy_fp32_rows(benchmark::State& state) {
   set_counters(state);
 }
 
-// The stage's source decode: E4M3 codes + one E8M0 scale per 32 -> fp32, the same rows
-// (GB/s counts the fp32 output bytes, 1 KiB per row, as the quantizers count their input).
+// Times decode_row(r, out_row) over all rows; GB/s counts the fp32 output bytes (1 KiB per
+// row, as the quantizers count their input).
+template <class DecodeRow>
+void time_row_decoder(benchmark::State& state, DecodeRow decode_row) {
+  std::vector<float> out(size_t(kRows) * kCols);
+  for (auto _ : state) {
+    for (int r = 0; r < kRows; ++r) decode_row(r, out.data() + size_t(r) * kCols);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state);
+}
+
+// The stage's source decode: E4M3 codes + one E8M0 scale per 32 -> fp32, the same rows.
 using Fp8RowKernel = void (*)(const uint8_t*, const uint8_t*, int, float*);
 
 void run_fp8_dequantize(benchmark::State& state, Fp8RowKernel kernel) {
@@ -71,14 +82,9 @@ void run_fp8_dequantize(benchmark::State& state, Fp8RowKernel kernel) {
   for (auto& c : codes) c = uint8_t(rng() % 0x7F); // no NaN codes, both signs via bit 7 below
   for (size_t i = 0; i < codes.size(); i += 3) codes[i] |= 0x80;
   for (auto& s : scales) s = uint8_t(120 + rng() % 8);
-  std::vector<float> out(size_t(kRows) * kCols);
-  for (auto _ : state) {
-    for (int r = 0; r < kRows; ++r)
-      kernel(codes.data() + size_t(r) * kCols, scales.data() + size_t(r) * kCols / 32, kCols,
-             out.data() + size_t(r) * kCols);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state);
+  time_row_decoder(state, [&](int r, float* out) {
+    kernel(codes.data() + size_t(r) * kCols, scales.data() + size_t(r) * kCols / 32, kCols, out);
+  });
 }
 
 void BM_fp8_dequantize_scalar(benchmark::State& state) { run_fp8_dequantize(state, shardq::dequantize_row_fp8_e8m0_32); }
@@ -86,8 +92,7 @@ void BM_fp8_dequantize_simd(benchmark::State& state) {
   run_fp8_dequantize(state, shardq::dequantize_row_fp8_e8m0_32_simd);
 }
 
-// The stage's decode of its own output for the error sums: NVFP4 codes + E4M3 scales ->
-// fp32 (GB/s counts the fp32 output bytes, as above).
+// The stage's decode of its own output for the error sums: NVFP4 codes + E4M3 scales -> fp32.
 using Nvfp4RowDecoder = void (*)(const uint8_t*, const uint8_t*, int, float, float*);
 
 void run_nvfp4_dequantize(benchmark::State& state, Nvfp4RowDecoder kernel) {
@@ -95,15 +100,10 @@ void run_nvfp4_dequantize(benchmark::State& state, Nvfp4RowDecoder kernel) {
   std::mt19937 rng(44);
   for (auto& byte : packed) byte = uint8_t(rng());
   for (auto& s : scales) s = uint8_t(40 + rng() % 40); // finite E4M3 scales
-  std::vector<float> out(size_t(kRows) * kCols);
   const float global = shardq::Nvfp4::global_scale(0.1f);
-  for (auto _ : state) {
-    for (int r = 0; r < kRows; ++r)
-      kernel(packed.data() + size_t(r) * kCols / 2, scales.data() + size_t(r) * kCols / 16, kCols, global,
-             out.data() + size_t(r) * kCols);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state);
+  time_row_decoder(state, [&](int r, float* out) {
+    kernel(packed.data() + size_t(r) * kCols / 2, scales.data() + size_t(r) * kCols / 16, kCols, global, out);
+  });
 }
 
 void BM_nvfp4_dequantize_scalar(benchmark::State& state) { run_nvfp4_dequantize(state, shardq::dequantize_row_nvfp4); }
