@@ -18,8 +18,9 @@ namespace shardq::io {
 void DirectWriter::FreeAligned::operator()(uint8_t* p) const { std::free(p); }
 
 DirectWriter::DirectWriter(const std::filesystem::path& path) : label_(path.string()) {
+  // The file is already open for buffered writes: a refusal here (EINVAL on file systems
+  // without O_DIRECT, EOPNOTSUPP on some FUSE ones) only means every write stays buffered.
   fd_ = ::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
-  if (fd_ < 0 && errno != EINVAL) throw IoError(fmt::format("{}: cannot open for direct writes: {}", label_, errno_text(errno)));
 }
 
 DirectWriter::~DirectWriter() { disable(); }

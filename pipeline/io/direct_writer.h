@@ -25,8 +25,8 @@ class DirectWriter {
     bool empty() const { return begin == end; }
   };
 
-  // Opens a second descriptor on `path` with O_DIRECT; where the file system refuses
-  // that (EINVAL), enabled() is false and every write stays buffered.
+  // Opens a second descriptor on `path` with O_DIRECT; where that is refused, enabled()
+  // is false and every write stays buffered.
   explicit DirectWriter(const std::filesystem::path& path);
   ~DirectWriter();
   DirectWriter(const DirectWriter&) = delete;
