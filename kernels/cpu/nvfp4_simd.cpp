@@ -106,6 +106,19 @@ void pack_block(const uint8_t* nibbles, uint8_t* packed) {
   }
 }
 
+// E2M1 value of nibbles (0..15 in int32 lanes of D's shape): +-{0, .5, 1, 1.5, 2, 3, 4, 6};
+// indices >= 2 are fp32 fields ((index + 252) << 22: exponent index/2 - 1, mantissa bit
+// index & 1).
+template <class D>
+HWY_INLINE hn::Vec<D> E2m1Value(D d, hn::Vec<hn::RebindToSigned<D>> nibble) {
+  const hn::RebindToSigned<D> di;
+  const auto index = hn::And(nibble, hn::Set(di, 7));
+  const auto small = hn::Mul(hn::ConvertTo(d, index), hn::Set(d, 0.5f));
+  const auto large = hn::BitCast(d, hn::ShiftLeft<22>(hn::Add(index, hn::Set(di, 252))));
+  const auto magnitude = hn::IfThenElse(hn::RebindMask(d, hn::Lt(index, hn::Set(di, 2))), small, large);
+  return hn::Or(magnitude, hn::BitCast(d, hn::ShiftLeft<28>(hn::And(nibble, hn::Set(di, 8)))));
+}
+
 #if HWY_TARGET != HWY_SCALAR // the lane layout needs vectors that split into halves
 // ------------------------------------------------------------ blocks as lanes
 // The fast path: lane l of every vector belongs to block l, element e of all blocks is one
@@ -222,18 +235,6 @@ HWY_INLINE void CandidateTree(const float* columns, size_t stride, VL divisor, V
   }
 }
 
-// E2M1 value of nibbles (0..15 in int32 lanes): +-{0, .5, 1, 1.5, 2, 3, 4, 6}; indices >= 2
-// are fp32 fields ((index + 252) << 22: exponent index/2 - 1, mantissa bit index & 1).
-HWY_INLINE VL E2m1Value(VLI nibble) {
-  const DL dl;
-  const DLI di;
-  const VLI index = hn::And(nibble, hn::Set(di, 7));
-  const VL small = hn::Mul(hn::ConvertTo(dl, index), hn::Set(dl, 0.5f));
-  const VL large = hn::BitCast(dl, hn::ShiftLeft<22>(hn::Add(index, hn::Set(di, 252))));
-  const VL magnitude = hn::IfThenElse(hn::RebindMask(dl, hn::Lt(index, hn::Set(di, 2))), small, large);
-  return hn::Or(magnitude, hn::BitCast(dl, hn::ShiftLeft<28>(hn::And(nibble, hn::Set(di, 8)))));
-}
-
 // Where the report sums find the dequantized values: nibbles in the packed words (low word
 // = elements 0..7), nibble bytes in lane layout, or the values themselves in lane layout.
 enum class DeqFrom { words, nibbles, values };
@@ -256,7 +257,7 @@ HWY_INLINE VL DequantizedElement(DeqPointers at, size_t stride, VLU low, VLU hig
   } else {
     nibble = hn::PromoteTo(di, hn::LoadU(hn::Rebind<uint8_t, DL>(), at.nibbles + size_t(kElement) * stride));
   }
-  return hn::Mul(hn::Mul(E2m1Value(nibble), scale), global);
+  return hn::Mul(hn::Mul(E2m1Value(DL(), nibble), scale), global);
 }
 
 // block_report_sums_nvfp4 per lane block, before widening: fp32 terms ((deq - x) * down)^2
@@ -744,23 +745,12 @@ void DequantizeRowFp8(const uint8_t* codes, const uint8_t* scales, int cols, flo
   for (int i = g * 32; i < cols; ++i) out[i] = e4m3_to_float(codes[i]) * e8m0_to_float(scales[i / 32]);
 }
 
-// E2M1 codes (in u32 lanes, 0..15) to their fp32 values, by bits: magnitude 1 is 0.5
-// (2^-1); magnitudes 2..7 are 2^(e-1) * (1 + m/2), i.e. (126 << 23) + (mag << 22); then the sign.
-template <class DU>
-hn::Vec<DU> E2M1Bits(DU du, hn::Vec<DU> code) {
-  const auto magnitude = hn::And(code, hn::Set(du, 7u));
-  auto bits = hn::Add(hn::Set(du, 126u << 23), hn::ShiftLeft<22>(magnitude));
-  bits = hn::IfThenElse(hn::Eq(magnitude, hn::Set(du, 1u)), hn::Set(du, 126u << 23), bits);
-  bits = hn::IfThenZeroElse(hn::Eq(magnitude, hn::Zero(du)), bits);
-  return hn::Or(bits, hn::ShiftLeft<28>(hn::And(code, hn::Set(du, 8u))));
-}
-
 // dequantize_row_nvfp4: each value e2m1 * scale * global_scale in that order (the
 // scalar rule), even elements from low nibbles, odd from high, stored interleaved.
 void DequantizeRowNvfp4(const uint8_t* packed, const uint8_t* scales, int cols, float global_scale, float* out) {
   using D = hn::CappedTag<float, Nvfp4::block / 2>; // N divides a block's 8 bytes
   const D d;
-  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
   const hn::Rebind<uint8_t, D> d8;
   const size_t n = hn::Lanes(d);
   const auto global = hn::Set(d, global_scale);
@@ -769,9 +759,9 @@ void DequantizeRowNvfp4(const uint8_t* packed, const uint8_t* scales, int cols, 
     const auto scale = hn::Set(d, e4m3_to_float(scales[b]));
     for (size_t i = 0; i < Nvfp4::block / 2; i += n) {
       const size_t byte = size_t(b) * (Nvfp4::block / 2) + i;
-      const auto codes = hn::PromoteTo(du, hn::LoadU(d8, packed + byte));
-      const auto even = hn::BitCast(d, E2M1Bits(du, hn::And(codes, hn::Set(du, 0xFu))));
-      const auto odd = hn::BitCast(d, E2M1Bits(du, hn::ShiftRight<4>(codes)));
+      const auto codes = hn::PromoteTo(di, hn::LoadU(d8, packed + byte));
+      const auto even = E2m1Value(d, hn::And(codes, hn::Set(di, 0xF)));
+      const auto odd = E2m1Value(d, hn::ShiftRight<4>(codes));
       hn::StoreInterleaved2(hn::Mul(hn::Mul(even, scale), global), hn::Mul(hn::Mul(odd, scale), global), d,
                             out + 2 * byte);
     }
