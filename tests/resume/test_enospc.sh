@@ -48,15 +48,18 @@ same_output "$WORK/ref" "$DST"
 #    command resumes without computing a recorded chunk again.
 rm -rf "$DST" "$MNT/ckpt"
 SLOW=(--set run.rows_per_chunk=256) # same bytes, a longer run
-SHARDQ_LOG=debug "$SHARDQ_BIN" run "${ARGS[@]}" "${SLOW[@]}" >"$WORK/full.log" 2>&1 &
+# Each chunk 10 ms longer: without it the whole run takes ~0.2 s here, and it could end
+# between two looks at its checkpoint (CI saw the run finish before the disk was filled).
+SHARDQ_TEST_CHUNK_DELAY_MS=10 SHARDQ_LOG=debug "$SHARDQ_BIN" run "${ARGS[@]}" "${SLOW[@]}" >"$WORK/full.log" 2>&1 &
 RUN=$!
 STARTED_PIDS+=("$RUN")
 # The run is stopped (SIGSTOP) while its checkpoint is looked at, so it cannot finish
-# between the look and the filling of the disk, however fast the machine.
+# between the look and the filling of the disk; it is filled only while a shard is still
+# .partial (chunks left to write and record).
 for i in $(seq 1 1200); do
   if [[ -f "$MNT/ckpt/checkpoint.h5" ]]; then
     kill -STOP "$RUN"
-    (($(done_chunks "$MNT/ckpt/checkpoint.h5" | wc -l) >= 2)) && break
+    (($(done_chunks "$MNT/ckpt/checkpoint.h5" | wc -l) >= 2)) && compgen -G "$DST/*.partial" >/dev/null && break
     kill -CONT "$RUN"
   fi
   kill -0 "$RUN" 2>/dev/null || fail "the run ended before the disk could be filled: $(tail -3 "$WORK/full.log")"
@@ -66,7 +69,7 @@ dd if=/dev/zero of="$MNT/filler" bs=64k status=none 2>/dev/null || true # stops 
 kill -CONT "$RUN"
 rc=0
 wait "$RUN" || rc=$?
-((rc != 0)) || fail "the run succeeded on a full disk"
+((rc != 0)) || fail "the run succeeded on a full disk: $(tail -n 25 "$WORK/full.log")"
 message=$(grep -A2 "shardq: error: " "$WORK/full.log" | tr '\n' ' ' || true) # HDF5's reason spans lines
 echo "disk full mid-run (exit $rc): ${message:0:400}"
 grep -qE "$MNT/[^ ]*" <<<"$message" || fail "the message names no path on the full file system: $message"
