@@ -353,7 +353,9 @@ void Writer::reserve_space() {
   const std::string label = partial_path_.string();
   struct statvfs fs {};
   const std::filesystem::path folder = folder_of(partial_path_);
-  if (::statvfs(folder.c_str(), &fs) == 0) {
+  // A file system that reports no size (f_blocks 0: ramfs, some FUSE ones) has no free
+  // count to check against; posix_fallocate below still finds out.
+  if (::statvfs(folder.c_str(), &fs) == 0 && fs.f_blocks != 0) {
     const uint64_t free_bytes = uint64_t(fs.f_bavail) * uint64_t(fs.f_frsize);
     if (free_bytes < file_size()) {
       throw IoError(fmt::format("{}: needs {} bytes but the file system has {} free", label, file_size(), free_bytes));
