@@ -143,10 +143,11 @@ PY
 
 # End-to-end throughput of `mpirun -np 2` vs one rank on the same >= 1 GB tables, for rtn
 # (I/O-bound: one rank already overlaps reading and writing with compute) and for the
-# compute-bound gptq-mse. Target >= 1.8x. Runs alternate (-np 1, -np 2, -np 1, ...;
-# BENCH_PAIRS pairs, default 2) so that the VM's drift hits both alike, and the ratio is
-# of the medians. BENCH_CEILING=1 also times two independent -np 1 runs at once: what two
-# cores give two unrelated processes here (2 x alone / together), the ceiling for -np 2.
+# compute-bound gptq-mse (the product's method: target >= 1.8x). Runs alternate (-np 1,
+# -np 2, -np 1, ...; BENCH_PAIRS pairs, default 2) so that the VM's drift hits both alike,
+# and the ratio is of the medians. Then (BENCH_CEILING=0 skips it) two independent -np 1
+# runs at once: what two cores give two unrelated processes here (2 x alone / together),
+# the ceiling for -np 2 on this VM.
 bench_scaling() {
   local work method pair shard ones=() twos=() ceiling=""
   work=$(e2e_fixture)
@@ -161,7 +162,7 @@ bench_scaling() {
         cmp -s "$work/out-np1/$shard" "$work/out-np2/$shard" || echo "warning: -np 1 and -np 2 differ in $shard"
       done
     done
-    if [ "${BENCH_CEILING:-0}" = 1 ]; then
+    if [ "${BENCH_CEILING:-1}" = 1 ]; then
       e2e_run_seconds "$work" 1 "$work/out-c1" "$method" >"$work/c1.s" &
       e2e_run_seconds "$work" 1 "$work/out-c2" "$method" >"$work/c2.s"
       wait
@@ -177,7 +178,9 @@ one, two = statistics.median(ones), statistics.median(twos)
 print(f"{cores} cores, load average {load}")
 print(f"{'shardq run ' + method + ' -np 1':28s} {one:9.2f} s  (runs: {', '.join(f'{t:.2f}' for t in ones)})")
 print(f"{'shardq run ' + method + ' -np 2':28s} {two:9.2f} s  (runs: {', '.join(f'{t:.2f}' for t in twos)})")
-print(f"{'speedup np2 / np1 ' + method:28s} {one / two:9.2f} (target >= 1.8)")
+# The target is for the compute-bound product method; rtn waits on the disk (README).
+target = "(target >= 1.8)" if method != "rtn" else "(disk-bound: the target is for gptq-mse)"
+print(f"{'speedup np2 / np1 ' + method:28s} {one / two:9.2f} {target}")
 if ceiling:
     print(f"{'two -np 1 runs at once':28s} {float(ceiling):9.2f} s: ceiling {2 * one / float(ceiling):.2f}x")
 PY
