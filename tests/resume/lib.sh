@@ -12,11 +12,15 @@ source "$SHARDQ_SOURCE_DIR/scripts/mpi_env.sh"
 JOB="$SHARDQ_SOURCE_DIR/jobs/demo-engram-nvfp4.toml"
 WORK="$(mktemp -d)"
 STARTED_PIDS=()
+MOUNTS=()
 
 cleanup() {
-  local pid
+  local pid mount_point
   for pid in "${STARTED_PIDS[@]:-}"; do
     [[ -n "$pid" ]] && kill_tree "$pid" 2>/dev/null || true
+  done
+  for mount_point in "${MOUNTS[@]:-}"; do
+    [[ -n "$mount_point" ]] && umount "$mount_point" 2>/dev/null || true
   done
   rm -rf "$WORK"
 }
@@ -58,6 +62,18 @@ rank_pid() {
     fi
   done
   return 1
+}
+
+# mount_scratch DIR FSTYPE [OPTIONS]: a file system of that type mounted at DIR for this
+# test, unmounted on exit; the test is skipped (exit 77) where mounting is not permitted.
+mount_scratch() {
+  local dir=$1 fstype=$2
+  mkdir -p "$dir"
+  mount -t "$fstype" ${3:+-o "$3"} "$fstype" "$dir" 2>/dev/null || {
+    echo "cannot mount a $fstype here"
+    exit 77
+  }
+  MOUNTS+=("$dir")
 }
 
 # make_fixture DIR [engram_vocab]: the miniature checkpoint (smaller tables = faster tests).

@@ -10,10 +10,7 @@
 source "$(dirname "$0")/lib.sh"
 
 MNT="$WORK/mnt"
-mkdir -p "$MNT"
-mount -t tmpfs -o size=64m tmpfs "$MNT" 2>/dev/null || { echo "cannot mount a tmpfs here"; exit 77; }
-unmount() { umount "$MNT" 2>/dev/null || true; cleanup; }
-trap unmount EXIT
+mount_scratch "$MNT" tmpfs size=64m
 
 make_fixture "$WORK/src"
 COMMON=(--src "$WORK/src" --set quant.method=mse --set run.rows_per_chunk=1024)

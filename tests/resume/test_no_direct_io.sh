@@ -7,10 +7,7 @@ source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "no mpirun"; exit 77; }
 
 RAM="$WORK/ram"
-mkdir -p "$RAM"
-mount -t ramfs ramfs "$RAM" 2>/dev/null || { echo "cannot mount a ramfs here"; exit 77; }
-unmount() { umount "$RAM" 2>/dev/null || true; cleanup; }
-trap unmount EXIT
+mount_scratch "$RAM" ramfs
 
 # The premise: opening a file there with O_DIRECT fails (EINVAL).
 python3 - "$RAM/probe" <<'PY' || fail "this ramfs accepts O_DIRECT: the buffered fallback would not be exercised"
