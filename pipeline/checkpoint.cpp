@@ -1,22 +1,24 @@
 // HDF5 run checkpoint: layout, crash-atomic save, checked load with fallback.
 //
 // Layout (h5dump shows it; libver bounds v18 so metadata blocks carry HDF5's own
-// checksums and 1.8+ tools read it):
+// checksums and 1.8+ tools read it). Records are flat columns over all tasks, so a plan
+// of 50K small tasks costs a few datasets, not 50K groups:
 //   /                      attrs format_version u32, generation u64, checksum u64,
 //                          elapsed_seconds f64, updated_unix i64
 //   /fingerprint           one string attribute per field, in creation order
-//   /tables                attr count u64; /tables/<i> attrs tensor, rows, rows_per_chunk
-//     amax_done u8[a], amax f32[a], chunk_state u8[n], chunk_checksum u64[n],
-//     chunk_seconds f64[n], chunk_stats/{rows, blocks, zero_blocks, scale_underflows u64[n],
-//     candidate_wins u64[n,16], error_sq, reference_sq, weighted_error_sq,
-//     weighted_reference_sq u64[n,2] (ExactSum: high, low words)}
-//   /factors               attrs layers i32[k] (order), digest u64 (xxh3 of the factors)
+//   /tasks                 name str[T], rows u64[T], rows_per_chunk u64[T],
+//                          chunks u64[T], reductions u64[T] (counts per task, in order)
+//   /reductions            done u8[R], value f32[R] (tasks' reduction records, concatenated)
+//   /chunks                state u8[C], checksum u64[C], seconds f64[C], stats/<field>
+//                          (u64[C] counters, candidate_wins u64[C,16], *_sq u64[C,2]
+//                          ExactSum: high, low words)
+//   /blobs                 names str[B], attr digest u64 (xxh3 of the blobs)
 //   /finished              fixed-length strings [m]
 //
-// The factors themselves (/factors/<layer>/{gram, upper} f64[24,256,256], 25 MB per layer)
-// live in PATH.factors, same format, written once when they first appear in a saved state:
-// a save then costs the per-chunk state (kB), not every factor again. A generation whose
-// factors file is missing or holds other factors (digest) is unusable.
+// The blobs themselves (/blobs/<i> f64 with attrs name and shape; a GPTQ factor set is
+// ~25 MB) live in PATH.blobs, written once when they first appear in a saved state: a save
+// then costs the per-chunk state, not every blob again. A generation whose blob file is
+// missing or holds other blobs (digest) is unusable.
 #include "pipeline/checkpoint.h"
 
 #include <fcntl.h>
@@ -30,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -273,6 +276,21 @@ class Reader {
     return values;
   }
 
+  // A dataset of any rank: its values and its shape.
+  std::vector<double> dataset_any_shape(hid_t parent, const std::string& name, std::vector<uint64_t>& shape) {
+    Hid set = open_dataset(parent, name);
+    Hid space(H5Dget_space(set.get()), H5Sclose);
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 1 || rank > 8) fail(name, "expected rank 1 to 8");
+    std::vector<hsize_t> dims(size_t(rank), 0);
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    shape.assign(dims.begin(), dims.end());
+    std::vector<double> values(size_t(H5Sget_simple_extent_npoints(space.get())));
+    if (!values.empty() && H5Dread(set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+      fail(name, "cannot read");
+    return values;
+  }
+
   std::vector<std::string> string_dataset(hid_t parent, const std::string& name) {
     Hid set = open_dataset(parent, name);
     const hsize_t count = element_count(set.get(), name, {}, nullptr);
@@ -375,59 +393,57 @@ class CanonicalHash {
   std::string buffer_;
 };
 
-void hash_stats(CanonicalHash& h, const ChunkStats& s) {
-  h.value(s.rows);
-  h.value(s.blocks);
-  h.value(s.zero_blocks);
-  h.value(s.scale_underflows);
-  for (uint64_t wins : s.candidate_wins) h.value(wins);
-  for (const ExactSum* sum : {&s.error_sq, &s.reference_sq, &s.weighted_error_sq, &s.weighted_reference_sq}) {
-    h.value(sum->high());
-    h.value(sum->low());
-  }
+void hash_field(CanonicalHash& h, uint64_t v) { h.value(v); }
+void hash_field(CanonicalHash& h, const ExactSum& sum) {
+  h.value(sum.high());
+  h.value(sum.low());
+}
+template <size_t N> void hash_field(CanonicalHash& h, const std::array<uint64_t, N>& values) {
+  for (uint64_t v : values) h.value(v);
 }
 
-void hash_table(CanonicalHash& h, const TableRecord& t) {
-  h.text(t.tensor);
+void hash_task(CanonicalHash& h, const TaskRecord& t) {
+  h.text(t.name);
   h.value(t.rows);
   h.value(t.rows_per_chunk);
-  h.value<uint64_t>(t.amax_chunks.size());
-  for (const auto& a : t.amax_chunks) {
-    h.value(a.done);
-    h.value(a.amax);
+  h.value<uint64_t>(t.reductions.size());
+  for (const auto& r : t.reductions) {
+    h.value(r.done);
+    h.value(r.value);
   }
   h.value<uint64_t>(t.chunks.size());
   for (const auto& c : t.chunks) {
     h.value(c.state);
     h.value(c.checksum);
     h.value(c.seconds);
-    hash_stats(h, c.stats);
+    for_each_stat([&](const char*, const auto& field) { hash_field(h, field); }, c.stats);
   }
 }
 
 } // namespace
 
-uint64_t factors_digest(const std::vector<FactorRecord>& factors) {
+uint64_t blobs_digest(const std::vector<Blob>& blobs) {
   CanonicalHash h;
-  h.text("shardq-factors");
-  h.value<uint64_t>(factors.size());
-  for (const auto& f : factors) {
-    h.value<int64_t>(f.layer);
-    h.doubles(f.gram);
-    h.doubles(f.upper);
+  h.text("shardq-blobs");
+  h.value<uint64_t>(blobs.size());
+  for (const auto& b : blobs) {
+    h.text(b.name);
+    h.value<uint64_t>(b.shape.size());
+    for (uint64_t dim : b.shape) h.value(dim);
+    h.doubles(b.values);
   }
   return h.digest();
 }
 
-std::filesystem::path factors_file(const std::filesystem::path& checkpoint) {
-  return std::filesystem::path(checkpoint.string() + ".factors");
+std::filesystem::path blobs_file(const std::filesystem::path& checkpoint) {
+  return std::filesystem::path(checkpoint.string() + ".blobs");
 }
 
 namespace {
 
-// checkpoint_checksum with the factors' digest already at hand (a save and a load each
-// hash the factors once, not once per use).
-uint64_t checksum_with_factors(const CheckpointState& state, uint64_t factors_digest_value) {
+// checkpoint_checksum with the blobs' digest already at hand (a save and a load each
+// hash the blobs once, not once per use).
+uint64_t checksum_with_blobs(const CheckpointState& state, uint64_t blobs_digest_value) {
   CanonicalHash h;
   h.text("shardq-checkpoint");
   h.value(kCheckpointFormatVersion);
@@ -439,10 +455,10 @@ uint64_t checksum_with_factors(const CheckpointState& state, uint64_t factors_di
     h.text(field);
     h.text(value);
   }
-  h.value<uint64_t>(state.tables.size());
-  for (const auto& t : state.tables) hash_table(h, t);
-  h.value<uint64_t>(state.factors.size());
-  h.value(factors_digest_value);
+  h.value<uint64_t>(state.tasks.size());
+  for (const auto& t : state.tasks) hash_task(h, t);
+  h.value<uint64_t>(state.blobs.size());
+  h.value(blobs_digest_value);
   h.value<uint64_t>(state.finished.size());
   for (const auto& s : state.finished) h.text(s);
   return h.digest();
@@ -451,7 +467,7 @@ uint64_t checksum_with_factors(const CheckpointState& state, uint64_t factors_di
 } // namespace
 
 uint64_t checkpoint_checksum(const CheckpointState& state) {
-  return checksum_with_factors(state, factors_digest(state.factors));
+  return checksum_with_blobs(state, blobs_digest(state.blobs));
 }
 
 namespace {
@@ -465,85 +481,100 @@ template <class Record, class Field> auto column(const std::vector<Record>& reco
   return values;
 }
 
-// An ExactSum per chunk as u64 [n, 2]: (high, low) of its 128-bit count of 2^-64.
-template <class Field> std::vector<uint64_t> exact_sum_column(const std::vector<ChunkRecord>& chunks, Field field) {
-  std::vector<uint64_t> parts;
-  parts.reserve(chunks.size() * 2);
+// Every task's records of one kind, concatenated in task order.
+template <class Records> auto concatenated(const std::vector<TaskRecord>& tasks, Records records) {
+  std::decay_t<decltype(records(tasks.front()))> all;
+  for (const auto& t : tasks) all.insert(all.end(), records(t).begin(), records(t).end());
+  return all;
+}
+
+// One stats field of every chunk: u64 [C] counters, u64 [C, 16] wins, u64 [C, 2] sums.
+void append_field(std::vector<uint64_t>& out, uint64_t v) { out.push_back(v); }
+void append_field(std::vector<uint64_t>& out, const ExactSum& sum) {
+  out.push_back(sum.high());
+  out.push_back(sum.low());
+}
+template <size_t N> void append_field(std::vector<uint64_t>& out, const std::array<uint64_t, N>& values) {
+  out.insert(out.end(), values.begin(), values.end());
+}
+constexpr hsize_t field_width(uint64_t) { return 1; }
+constexpr hsize_t field_width(const ExactSum&) { return 2; }
+template <size_t N> constexpr hsize_t field_width(const std::array<uint64_t, N>&) { return N; }
+
+void write_chunk_stats(Writer& w, hid_t chunks_group, const std::vector<ChunkRecord>& chunks) {
+  Hid group = w.group(chunks_group, "stats");
+  w.string_attr(group.get(), "sum_encoding", "*_sq: [high, low] u64 words of a 128-bit integer count of 2^-64");
+  std::map<std::string, std::vector<uint64_t>> columns;
   for (const auto& c : chunks) {
-    parts.push_back(field(c.stats).high());
-    parts.push_back(field(c.stats).low());
+    for_each_stat([&](const char* name, const auto& field) { append_field(columns[name], field); }, c.stats);
   }
-  return parts;
+  const hsize_t n = chunks.size();
+  const ChunkStats widths;
+  for_each_stat(
+      [&](const char* name, const auto& field) {
+        const hsize_t width = field_width(field);
+        w.dataset(group.get(), name, columns[name], width == 1 ? std::vector<hsize_t>{n} : std::vector<hsize_t>{n, width});
+      },
+      widths);
 }
 
-void write_chunk_stats(Writer& w, hid_t table, const std::vector<ChunkRecord>& chunks) {
-  Hid group = w.group(table, "chunk_stats");
-  const hid_t g = group.get();
-  w.string_attr(g, "sum_encoding", "*_sq: [high, low] u64 words of a 128-bit integer count of 2^-64");
-  w.dataset(g, "rows", column(chunks, [](const ChunkRecord& c) { return c.stats.rows; }));
-  w.dataset(g, "blocks", column(chunks, [](const ChunkRecord& c) { return c.stats.blocks; }));
-  w.dataset(g, "zero_blocks", column(chunks, [](const ChunkRecord& c) { return c.stats.zero_blocks; }));
-  w.dataset(g, "scale_underflows", column(chunks, [](const ChunkRecord& c) { return c.stats.scale_underflows; }));
-  std::vector<uint64_t> wins;
-  wins.reserve(chunks.size() * kMaxMseCandidates);
-  for (const auto& c : chunks) wins.insert(wins.end(), c.stats.candidate_wins.begin(), c.stats.candidate_wins.end());
-  w.dataset(g, "candidate_wins", wins, {chunks.size(), hsize_t(kMaxMseCandidates)});
-  const std::vector<hsize_t> pairs = {chunks.size(), 2};
-  w.dataset(g, "error_sq", exact_sum_column(chunks, [](const ChunkStats& s) { return s.error_sq; }), pairs);
-  w.dataset(g, "reference_sq", exact_sum_column(chunks, [](const ChunkStats& s) { return s.reference_sq; }), pairs);
-  w.dataset(g, "weighted_error_sq", exact_sum_column(chunks, [](const ChunkStats& s) { return s.weighted_error_sq; }), pairs);
-  w.dataset(g, "weighted_reference_sq",
-            exact_sum_column(chunks, [](const ChunkStats& s) { return s.weighted_reference_sq; }), pairs);
+void write_tasks(Writer& w, const std::vector<TaskRecord>& tasks) {
+  {
+    Hid group = w.group(w.root(), "tasks");
+    w.string_dataset(group.get(), "name", column(tasks, [](const TaskRecord& t) { return t.name; }));
+    w.dataset(group.get(), "rows", column(tasks, [](const TaskRecord& t) { return t.rows; }));
+    w.dataset(group.get(), "rows_per_chunk", column(tasks, [](const TaskRecord& t) { return t.rows_per_chunk; }));
+    w.dataset(group.get(), "chunks", column(tasks, [](const TaskRecord& t) { return uint64_t(t.chunks.size()); }));
+    w.dataset(group.get(), "reductions", column(tasks, [](const TaskRecord& t) { return uint64_t(t.reductions.size()); }));
+  }
+  {
+    const auto reductions = concatenated(tasks, [](const TaskRecord& t) -> const std::vector<ReduceRecord>& { return t.reductions; });
+    Hid group = w.group(w.root(), "reductions");
+    w.dataset(group.get(), "done", column(reductions, [](const ReduceRecord& r) { return r.done; }));
+    w.dataset(group.get(), "value", column(reductions, [](const ReduceRecord& r) { return r.value; }));
+  }
+  const auto chunks = concatenated(tasks, [](const TaskRecord& t) -> const std::vector<ChunkRecord>& { return t.chunks; });
+  Hid group = w.group(w.root(), "chunks");
+  w.dataset(group.get(), "state", column(chunks, [](const ChunkRecord& c) { return c.state; }));
+  w.dataset(group.get(), "checksum", column(chunks, [](const ChunkRecord& c) { return c.checksum; }));
+  w.dataset(group.get(), "seconds", column(chunks, [](const ChunkRecord& c) { return c.seconds; }));
+  write_chunk_stats(w, group.get(), chunks);
 }
 
-void write_table(Writer& w, hid_t tables, size_t index, const TableRecord& t) {
-  Hid group = w.group(tables, std::to_string(index));
-  const hid_t g = group.get();
-  w.string_attr(g, "tensor", t.tensor);
-  w.scalar_attr(g, "rows", t.rows);
-  w.scalar_attr(g, "rows_per_chunk", t.rows_per_chunk);
-  w.dataset(g, "amax_done", column(t.amax_chunks, [](const AmaxRecord& a) { return a.done; }));
-  w.dataset(g, "amax", column(t.amax_chunks, [](const AmaxRecord& a) { return a.amax; }));
-  w.dataset(g, "chunk_state", column(t.chunks, [](const ChunkRecord& c) { return c.state; }));
-  w.dataset(g, "chunk_checksum", column(t.chunks, [](const ChunkRecord& c) { return c.checksum; }));
-  w.dataset(g, "chunk_seconds", column(t.chunks, [](const ChunkRecord& c) { return c.seconds; }));
-  write_chunk_stats(w, g, t.chunks);
-}
-
-// /factors: the layer order and the digest; with_data: the matrices too (the factors file).
-void write_factors(Writer& w, const std::vector<FactorRecord>& factors, uint64_t digest, bool with_data) {
-  Hid group = w.group(w.root(), "factors");
-  w.array_attr(group.get(), "layers", column(factors, [](const FactorRecord& f) { return int32_t(f.layer); }));
+// /blobs: the names and the digest; with_data: the arrays too (the blob file).
+void write_blobs(Writer& w, const std::vector<Blob>& blobs, uint64_t digest, bool with_data) {
+  Hid group = w.group(w.root(), "blobs");
+  w.string_dataset(group.get(), "names", column(blobs, [](const Blob& b) { return b.name; }));
   w.scalar_attr(group.get(), "digest", digest);
   if (!with_data) return;
-  const std::vector<hsize_t> shape = {kFactorColumns, kFactorDim, kFactorDim};
-  for (const auto& f : factors) {
-    Hid layer = w.group(group.get(), std::to_string(f.layer));
-    w.dataset(layer.get(), "gram", f.gram, shape);
-    w.dataset(layer.get(), "upper", f.upper, shape);
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    const std::vector<hsize_t> shape(blobs[i].shape.begin(), blobs[i].shape.end());
+    w.dataset(group.get(), std::to_string(i), blobs[i].values, shape);
   }
 }
 
-void write_generation(const fs::path& path, const CheckpointState& state, uint64_t factors_digest_value) {
+void write_generation(const fs::path& path, const CheckpointState& state, uint64_t blobs_digest_value) {
   Writer w(path);
   const hid_t root = w.root();
   w.scalar_attr(root, "format_version", kCheckpointFormatVersion);
   w.scalar_attr(root, "generation", state.generation);
-  w.scalar_attr(root, "checksum", checksum_with_factors(state, factors_digest_value));
+  w.scalar_attr(root, "checksum", checksum_with_blobs(state, blobs_digest_value));
   w.scalar_attr(root, "elapsed_seconds", state.elapsed_seconds);
   w.scalar_attr(root, "updated_unix", state.updated_unix);
   {
     Hid fingerprint = w.group(root, "fingerprint", /*ordered_attributes=*/true);
     for (const auto& [field, value] : state.fingerprint) w.string_attr(fingerprint.get(), field, value);
   }
-  {
-    Hid tables = w.group(root, "tables");
-    w.scalar_attr<uint64_t>(tables.get(), "count", state.tables.size());
-    for (size_t i = 0; i < state.tables.size(); ++i) write_table(w, tables.get(), i, state.tables[i]);
-  }
-  write_factors(w, state.factors, factors_digest_value, /*with_data=*/false);
+  write_tasks(w, state.tasks);
+  write_blobs(w, state.blobs, blobs_digest_value, /*with_data=*/false);
   w.string_dataset(root, "finished", state.finished);
   w.close();
+}
+
+uint64_t shape_elements(const std::vector<uint64_t>& shape) {
+  uint64_t n = 1;
+  for (uint64_t dim : shape) n *= dim;
+  return n;
 }
 
 // What HDF5 cannot store faithfully or this format does not allow, refused before writing.
@@ -558,14 +589,15 @@ void validate_for_save(const fs::path& path, const CheckpointState& state) {
     check_text(field, "fingerprint field");
     check_text(value, "fingerprint field '" + field + "'");
   }
-  for (const auto& t : state.tables) check_text(t.tensor, "table name");
+  for (const auto& t : state.tasks) check_text(t.name, "task name");
   for (const auto& s : state.finished) check_text(s, "finished step");
-  std::set<int> layers;
-  for (const auto& f : state.factors) {
-    if (!layers.insert(f.layer).second) refuse("factors of layer " + std::to_string(f.layer) + " appear twice");
-    if (f.gram.size() != kFactorValues || f.upper.size() != kFactorValues)
-      refuse("factors of layer " + std::to_string(f.layer) + " have " + std::to_string(f.gram.size()) + " / " +
-             std::to_string(f.upper.size()) + " values, expected " + std::to_string(kFactorValues));
+  std::set<std::string> names;
+  for (const auto& b : state.blobs) {
+    check_text(b.name, "blob name");
+    if (!names.insert(b.name).second) refuse("blob '" + b.name + "' appears twice");
+    if (b.shape.empty() || b.values.size() != shape_elements(b.shape))
+      refuse("blob '" + b.name + "' has " + std::to_string(b.values.size()) + " values, its shape " +
+             std::to_string(shape_elements(b.shape)));
   }
 }
 
@@ -608,6 +640,15 @@ fs::path parent_folder(const fs::path& path) { return path.has_parent_path() ? p
 
 // ---------------------------------------------------------------- reading
 
+// A generation of another format version: never read, never a reason to fall back to
+// .prev (which that shardq wrote too).
+struct VersionMismatch : PipelineError {
+  VersionMismatch(const fs::path& path, uint32_t version)
+      : PipelineError(path.string() + " has checkpoint format version " + std::to_string(version) + "; this shardq (" +
+                      SHARDQ_VERSION + ") reads version " + std::to_string(kCheckpointFormatVersion) +
+                      ": finish the run with the shardq that started it, or start over with --fresh") {}
+};
+
 std::vector<std::pair<std::string, std::string>> read_fingerprint(Reader& r) {
   Hid group = r.group(r.root(), "fingerprint");
   std::vector<std::string> names;
@@ -622,104 +663,117 @@ std::vector<std::pair<std::string, std::string>> read_fingerprint(Reader& r) {
   return fingerprint;
 }
 
-void read_chunk_stats(Reader& r, hid_t table, const std::string& where, std::vector<ChunkRecord>& chunks) {
-  Hid group = r.group(table, "chunk_stats");
-  const hid_t g = group.get();
+void read_field(const std::vector<uint64_t>& column, size_t i, uint64_t& v) { v = column[i]; }
+void read_field(const std::vector<uint64_t>& column, size_t i, ExactSum& sum) {
+  sum = ExactSum::from_parts(column[2 * i], column[2 * i + 1]);
+}
+template <size_t N> void read_field(const std::vector<uint64_t>& column, size_t i, std::array<uint64_t, N>& values) {
+  std::copy_n(&column[i * N], N, values.begin());
+}
+
+void read_chunk_stats(Reader& r, hid_t chunks_group, std::vector<ChunkRecord>& chunks) {
+  Hid group = r.group(chunks_group, "stats");
   const size_t n = chunks.size();
-  // One dataset of shape [n, columns...]; the leading length must be the chunk count.
-  const auto per_chunk = [&](const char* name, std::vector<hsize_t> tail) {
-    hsize_t leading = 0;
-    auto values = r.dataset<uint64_t>(g, name, tail, &leading);
-    if (leading != n) r.fail(where + "/chunk_stats/" + name, "expected " + std::to_string(n) + " chunks");
-    return values;
-  };
-  const auto rows = per_chunk("rows", {});
-  const auto blocks = per_chunk("blocks", {});
-  const auto zero_blocks = per_chunk("zero_blocks", {});
-  const auto underflows = per_chunk("scale_underflows", {});
-  const auto wins = per_chunk("candidate_wins", {hsize_t(kMaxMseCandidates)});
-  const auto error_sq = per_chunk("error_sq", {2});
-  const auto reference_sq = per_chunk("reference_sq", {2});
-  const auto weighted_error_sq = per_chunk("weighted_error_sq", {2});
-  const auto weighted_reference_sq = per_chunk("weighted_reference_sq", {2});
-  for (size_t i = 0; i < n; ++i) {
-    ChunkStats& s = chunks[i].stats;
-    s.rows = rows[i];
-    s.blocks = blocks[i];
-    s.zero_blocks = zero_blocks[i];
-    s.scale_underflows = underflows[i];
-    std::copy_n(&wins[i * kMaxMseCandidates], kMaxMseCandidates, s.candidate_wins.begin());
-    s.error_sq = ExactSum::from_parts(error_sq[2 * i], error_sq[2 * i + 1]);
-    s.reference_sq = ExactSum::from_parts(reference_sq[2 * i], reference_sq[2 * i + 1]);
-    s.weighted_error_sq = ExactSum::from_parts(weighted_error_sq[2 * i], weighted_error_sq[2 * i + 1]);
-    s.weighted_reference_sq = ExactSum::from_parts(weighted_reference_sq[2 * i], weighted_reference_sq[2 * i + 1]);
-  }
+  ChunkStats widths;
+  for_each_stat(
+      [&](const char* name, auto& field) {
+        const hsize_t width = field_width(field);
+        hsize_t leading = 0;
+        const auto values = r.dataset<uint64_t>(group.get(), name, width == 1 ? std::vector<hsize_t>{} : std::vector<hsize_t>{width}, &leading);
+        if (leading != n) r.fail(std::string("/chunks/stats/") + name, "expected " + std::to_string(n) + " chunks");
+        for (size_t i = 0; i < n; ++i) {
+          for_each_stat([&](const char* other, auto& into) {
+            if constexpr (std::is_same_v<decltype(field), decltype(into)>) {
+              if (other == name) read_field(values, i, into);
+            }
+          }, chunks[i].stats);
+        }
+      },
+      widths);
 }
 
-TableRecord read_table(Reader& r, hid_t tables, size_t index) {
-  const std::string name = std::to_string(index), where = "/tables/" + name;
-  Hid group = r.group(tables, name);
-  const hid_t g = group.get();
-  TableRecord t;
-  t.tensor = r.string_attr(g, "tensor");
-  t.rows = r.scalar_attr<uint64_t>(g, "rows");
-  t.rows_per_chunk = r.scalar_attr<uint64_t>(g, "rows_per_chunk");
-  const auto amax_done = r.dataset<uint8_t>(g, "amax_done");
-  const auto amax = r.dataset<float>(g, "amax");
-  if (amax.size() != amax_done.size()) r.fail(where + "/amax", "length differs from amax_done");
-  for (size_t i = 0; i < amax.size(); ++i) t.amax_chunks.push_back({amax_done[i], amax[i]});
-  const auto state = r.dataset<uint8_t>(g, "chunk_state");
-  const auto checksum = r.dataset<uint64_t>(g, "chunk_checksum");
-  const auto seconds = r.dataset<double>(g, "chunk_seconds");
+// Splits the concatenated records back into tasks by their per-task counts.
+template <class Record>
+void distribute(Reader& r, const std::vector<Record>& all, const std::vector<uint64_t>& counts,
+                std::vector<TaskRecord>& tasks, std::vector<Record> TaskRecord::*member, const char* what) {
+  uint64_t at = 0;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    if (counts[t] > all.size() - at) r.fail(what, "fewer records than the tasks' counts");
+    (tasks[t].*member).assign(all.begin() + long(at), all.begin() + long(at + counts[t]));
+    at += counts[t];
+  }
+  if (at != all.size()) r.fail(what, "more records than the tasks' counts");
+}
+
+std::vector<TaskRecord> read_tasks(Reader& r) {
+  Hid group = r.group(r.root(), "tasks");
+  const auto names = r.string_dataset(group.get(), "name");
+  const auto rows = r.dataset<uint64_t>(group.get(), "rows");
+  const auto rows_per_chunk = r.dataset<uint64_t>(group.get(), "rows_per_chunk");
+  const auto chunk_counts = r.dataset<uint64_t>(group.get(), "chunks");
+  const auto reduction_counts = r.dataset<uint64_t>(group.get(), "reductions");
+  const size_t n = names.size();
+  if (rows.size() != n || rows_per_chunk.size() != n || chunk_counts.size() != n || reduction_counts.size() != n)
+    r.fail("/tasks", "columns differ in length");
+  std::vector<TaskRecord> tasks(n);
+  for (size_t t = 0; t < n; ++t) tasks[t] = {names[t], rows[t], rows_per_chunk[t], {}, {}};
+
+  Hid reductions_group = r.group(r.root(), "reductions");
+  const auto done = r.dataset<uint8_t>(reductions_group.get(), "done");
+  const auto value = r.dataset<float>(reductions_group.get(), "value");
+  if (done.size() != value.size()) r.fail("/reductions", "done and value differ in length");
+  std::vector<ReduceRecord> reductions(done.size());
+  for (size_t i = 0; i < done.size(); ++i) reductions[i] = {done[i], value[i]};
+  distribute(r, reductions, reduction_counts, tasks, &TaskRecord::reductions, "/reductions");
+
+  Hid chunks_group = r.group(r.root(), "chunks");
+  const auto state = r.dataset<uint8_t>(chunks_group.get(), "state");
+  const auto checksum = r.dataset<uint64_t>(chunks_group.get(), "checksum");
+  const auto seconds = r.dataset<double>(chunks_group.get(), "seconds");
   if (checksum.size() != state.size() || seconds.size() != state.size())
-    r.fail(where, "chunk_state, chunk_checksum and chunk_seconds differ in length");
-  t.chunks.resize(state.size());
+    r.fail("/chunks", "state, checksum and seconds differ in length");
+  std::vector<ChunkRecord> chunks(state.size());
   for (size_t i = 0; i < state.size(); ++i) {
-    t.chunks[i].state = state[i];
-    t.chunks[i].checksum = checksum[i];
-    t.chunks[i].seconds = seconds[i];
+    chunks[i].state = state[i];
+    chunks[i].checksum = checksum[i];
+    chunks[i].seconds = seconds[i];
   }
-  read_chunk_stats(r, g, where, t.chunks);
-  return t;
+  read_chunk_stats(r, chunks_group.get(), chunks);
+  distribute(r, chunks, chunk_counts, tasks, &TaskRecord::chunks, "/chunks");
+  return tasks;
 }
 
-// The factors file's matrices, in the order of its layers attribute.
-std::vector<FactorRecord> read_factor_data(Reader& r) {
-  Hid group = r.group(r.root(), "factors");
-  const std::vector<hsize_t> tail = {kFactorDim, kFactorDim};
-  std::vector<FactorRecord> factors;
-  for (int32_t layer : r.array_attr<int32_t>(group.get(), "layers")) {
-    Hid g = r.group(group.get(), std::to_string(layer));
-    FactorRecord f;
-    f.layer = layer;
-    hsize_t columns = 0, upper_columns = 0;
-    f.gram = r.dataset<double>(g.get(), "gram", tail, &columns);
-    f.upper = r.dataset<double>(g.get(), "upper", tail, &upper_columns);
-    if (columns != kFactorColumns || upper_columns != kFactorColumns)
-      r.fail("/factors/" + std::to_string(layer), "expected " + std::to_string(kFactorColumns) + " columns");
-    factors.push_back(std::move(f));
+// The blob file's arrays, in the order of its names.
+std::vector<Blob> read_blob_data(Reader& r) {
+  Hid group = r.group(r.root(), "blobs");
+  std::vector<Blob> blobs;
+  const auto names = r.string_dataset(group.get(), "names");
+  for (size_t i = 0; i < names.size(); ++i) {
+    Blob b;
+    b.name = names[i];
+    b.values = r.dataset_any_shape(group.get(), std::to_string(i), b.shape);
+    blobs.push_back(std::move(b));
   }
-  return factors;
+  return blobs;
 }
 
-// The generation's factors: none, or those of `checkpoint`'s factors file, which must hold
-// the layers and the digest the generation recorded (returned in `digest`).
-std::vector<FactorRecord> read_factors(Reader& r, const fs::path& checkpoint, uint64_t& digest) {
-  Hid group = r.group(r.root(), "factors");
-  const auto layers = r.array_attr<int32_t>(group.get(), "layers");
+// The generation's blobs: none, or those of `checkpoint`'s blob file, which must hold the
+// names and the digest the generation recorded (returned in `digest`).
+std::vector<Blob> read_blobs(Reader& r, const fs::path& checkpoint, uint64_t& digest) {
+  Hid group = r.group(r.root(), "blobs");
+  const auto names = r.string_dataset(group.get(), "names");
   digest = r.scalar_attr<uint64_t>(group.get(), "digest");
-  if (layers.empty()) return {};
-  const fs::path file = factors_file(checkpoint);
+  if (names.empty()) return {};
+  const fs::path file = blobs_file(checkpoint);
   std::error_code ec;
-  if (!fs::exists(file, ec)) throw PipelineError(checkpoint.string() + ": its factors file " + file.string() + " is missing");
-  Reader factors_reader(file);
-  auto factors = read_factor_data(factors_reader);
-  const bool same_layers = std::equal(layers.begin(), layers.end(), factors.begin(), factors.end(),
-                                      [](int32_t layer, const FactorRecord& f) { return f.layer == layer; });
-  if (!same_layers || factors_digest(factors) != digest)
-    throw PipelineError(checkpoint.string() + ": its factors file " + file.string() +
-                        " holds other factors than this generation recorded");
-  return factors;
+  if (!fs::exists(file, ec)) throw PipelineError(checkpoint.string() + ": its blob file " + file.string() + " is missing");
+  Reader blob_reader(file);
+  auto blobs = read_blob_data(blob_reader);
+  const bool same_names = std::equal(names.begin(), names.end(), blobs.begin(), blobs.end(),
+                                     [](const std::string& name, const Blob& b) { return b.name == name; });
+  if (!same_names || blobs_digest(blobs) != digest)
+    throw PipelineError(checkpoint.string() + ": its blob file " + file.string() + " holds other blobs than this generation recorded");
+  return blobs;
 }
 
 // One generation (PATH or PATH.prev of `checkpoint`), whole and checksum-verified, or a
@@ -728,26 +782,20 @@ CheckpointState read_generation(const fs::path& path, const fs::path& checkpoint
   Reader r(path);
   const hid_t root = r.root();
   const auto version = r.scalar_attr<uint32_t>(root, "format_version");
-  if (version != kCheckpointFormatVersion)
-    throw PipelineError(path.string() + ": format version " + std::to_string(version) + ", this shardq reads " +
-                        std::to_string(kCheckpointFormatVersion));
+  if (version != kCheckpointFormatVersion) throw VersionMismatch(path, version);
   CheckpointState state;
   state.generation = r.scalar_attr<uint64_t>(root, "generation");
   state.elapsed_seconds = r.scalar_attr<double>(root, "elapsed_seconds");
   state.updated_unix = r.scalar_attr<int64_t>(root, "updated_unix");
   const auto stored_checksum = r.scalar_attr<uint64_t>(root, "checksum");
   state.fingerprint = read_fingerprint(r);
-  {
-    Hid tables = r.group(root, "tables");
-    const auto count = r.scalar_attr<uint64_t>(tables.get(), "count");
-    for (uint64_t i = 0; i < count; ++i) state.tables.push_back(read_table(r, tables.get(), i));
-  }
+  state.tasks = read_tasks(r);
   uint64_t stored_digest = 0;
-  state.factors = read_factors(r, checkpoint, stored_digest);
+  state.blobs = read_blobs(r, checkpoint, stored_digest);
   state.finished = r.string_dataset(root, "finished");
-  // With factors, read_factors checked them against stored_digest; without, it is the
+  // With blobs, read_blobs checked them against stored_digest; without, it is the
   // generation's own field and the checksum checks it.
-  const uint64_t content_checksum = checksum_with_factors(state, stored_digest);
+  const uint64_t content_checksum = checksum_with_blobs(state, stored_digest);
   if (content_checksum != stored_checksum) {
     char buffer[96];
     std::snprintf(buffer, sizeof buffer, "checksum mismatch: stored %016llx, content %016llx",
@@ -767,6 +815,8 @@ Attempt try_read(const fs::path& path, const fs::path& checkpoint) {
   if (!fs::exists(path, ec)) return {std::nullopt, path.string() + ": missing"};
   try {
     return {read_generation(path, checkpoint), ""};
+  } catch (const VersionMismatch&) {
+    throw;
   } catch (const PipelineError& e) {
     return {std::nullopt, e.what()};
   }
@@ -794,31 +844,31 @@ void replace_file(const fs::path& path, WriteFn write, BeforeRenameFn before_ren
   fsync_path(parent_folder(path), O_RDONLY | O_DIRECTORY, "folder");
 }
 
-// The digest recorded in a factors file, or nullopt when there is none or it is unreadable.
-std::optional<uint64_t> stored_factors_digest(const fs::path& file) {
+// The digest recorded in a blob file, or nullopt when there is none or it is unreadable.
+std::optional<uint64_t> stored_blobs_digest(const fs::path& file) {
   std::error_code ec;
   if (!fs::exists(file, ec)) return std::nullopt;
   try {
     Reader r(file);
-    Hid group = r.group(r.root(), "factors");
+    Hid group = r.group(r.root(), "blobs");
     return r.scalar_attr<uint64_t>(group.get(), "digest");
   } catch (const PipelineError&) {
     return std::nullopt;
   }
 }
 
-// Writes the factors file unless it already holds these factors (the usual case: once
-// written, every later save of the run finds it and skips ~25 MB per layer).
-void ensure_factors_file(const fs::path& checkpoint, const std::vector<FactorRecord>& factors, uint64_t digest) {
-  if (factors.empty()) return;
-  const fs::path file = factors_file(checkpoint);
-  if (stored_factors_digest(file) == digest) return;
+// Writes the blob file unless it already holds these blobs (the usual case: once written,
+// every later save of the run finds it and skips ~25 MB per factor set).
+void ensure_blobs_file(const fs::path& checkpoint, const std::vector<Blob>& blobs, uint64_t digest) {
+  if (blobs.empty()) return;
+  const fs::path file = blobs_file(checkpoint);
+  if (stored_blobs_digest(file) == digest) return;
   replace_file(
       file,
       [&](const fs::path& tmp) {
         Writer w(tmp);
         w.scalar_attr(w.root(), "format_version", kCheckpointFormatVersion);
-        write_factors(w, factors, digest, /*with_data=*/true);
+        write_blobs(w, blobs, digest, /*with_data=*/true);
         w.close();
       },
       [] {});
@@ -827,15 +877,15 @@ void ensure_factors_file(const fs::path& checkpoint, const std::vector<FactorRec
 } // namespace
 
 void save_checkpoint(const fs::path& path, const CheckpointState& state) {
-  save_checkpoint(path, state, factors_digest(state.factors));
+  save_checkpoint(path, state, blobs_digest(state.blobs));
 }
 
-void save_checkpoint(const fs::path& path, const CheckpointState& state, uint64_t factors_digest_value) {
+void save_checkpoint(const fs::path& path, const CheckpointState& state, uint64_t blobs_digest_value) {
   init_hdf5();
   validate_for_save(path, state);
-  ensure_factors_file(path, state.factors, factors_digest_value);
+  ensure_blobs_file(path, state.blobs, blobs_digest_value);
   replace_file(
-      path, [&](const fs::path& tmp) { write_generation(tmp, state, factors_digest_value); },
+      path, [&](const fs::path& tmp) { write_generation(tmp, state, blobs_digest_value); },
       [&] { keep_previous(path); });
 }
 

@@ -26,11 +26,8 @@
 
 namespace shardq {
 
-inline constexpr uint32_t kCheckpointFormatVersion = 2; // 2: factors in PATH.factors
-// GPTQ factors: one 256x256 matrix per hash column, 24 columns per Engram layer (GPTQ.md).
-inline constexpr size_t kFactorColumns = 24;
-inline constexpr size_t kFactorDim = 256;
-inline constexpr size_t kFactorValues = kFactorColumns * kFactorDim * kFactorDim;
+// 3: tasks x chunks (any recipe), reductions per chunk, factors as named blobs.
+inline constexpr uint32_t kCheckpointFormatVersion = 3;
 
 inline constexpr uint8_t kChunkPending = 0;
 inline constexpr uint8_t kChunkDone = 1;
@@ -43,34 +40,38 @@ struct ChunkRecord {
   bool operator==(const ChunkRecord&) const = default;
 };
 
-// A chunk's partial amax: the exact max, so the table's amax does not depend on order.
-struct AmaxRecord {
+// A chunk's part of its group's reduction: an exact max, so the group's value does not
+// depend on the order the chunks came in.
+struct ReduceRecord {
   uint8_t done = 0;
-  float amax = 0;
-  bool operator==(const AmaxRecord&) const = default;
+  float value = 0;
+  bool operator==(const ReduceRecord&) const = default;
 };
 
-struct TableRecord {
-  std::string tensor;
+// One task of the plan; records are keyed by (task, chunk).
+struct TaskRecord {
+  std::string name;
   uint64_t rows = 0;
   uint64_t rows_per_chunk = 0;
-  std::vector<AmaxRecord> amax_chunks;
+  std::vector<ReduceRecord> reductions; // per chunk; empty when the task has no reduction
   std::vector<ChunkRecord> chunks;
-  bool operator==(const TableRecord&) const = default;
+  bool operator==(const TaskRecord&) const = default;
 };
 
-struct FactorRecord {
-  int layer = 0;
-  std::vector<double> gram;  // kFactorValues: H_c for c = 0..23, row-major [24,256,256]
-  std::vector<double> upper; // kFactorValues: U_c, upper Cholesky factor of H_c^-1
-  bool operator==(const FactorRecord&) const = default;
+// A named array of doubles computed once per run (a factor set's Gram and factor
+// matrices), stored in the blob file with its digest.
+struct Blob {
+  std::string name;
+  std::vector<uint64_t> shape;
+  std::vector<double> values;
+  bool operator==(const Blob&) const = default;
 };
 
 struct CheckpointState {
   // Ordered fields that identify the job: job, source headers hash, tool version, ...
   std::vector<std::pair<std::string, std::string>> fingerprint;
-  std::vector<TableRecord> tables;
-  std::vector<FactorRecord> factors;
+  std::vector<TaskRecord> tasks;
+  std::vector<Blob> blobs;
   std::vector<std::string> finished; // finished steps/files: "shard:<name>", "index", ...
   double elapsed_seconds = 0;
   uint64_t generation = 0; // stored as given: the caller counts saves
@@ -92,20 +93,21 @@ void set_aside_unusable_newest(const std::filesystem::path& path);
 // Writes `state` as the newest generation. At every instant of the save (kill -9
 // included) <path> or <path>.prev holds a complete generation. Throws PipelineError
 // naming the path and the object on any HDF5, fsync or rename failure, and for strings
-// with NUL bytes or factors of the wrong size. Factors go to factors_file(path) first,
-// and only when that file does not hold them already (once per run, in practice); the
-// generation records their digest.
+// with NUL bytes or blobs whose size is not their shape's. Blobs go to blobs_file(path)
+// first, and only when that file does not hold them already (once per factor set, in
+// practice); the generation records their digest.
 void save_checkpoint(const std::filesystem::path& path, const CheckpointState& state);
 
-// The same with factors_digest(state.factors) at hand: a run's factors are fixed once a
-// layer's are complete, so the coordinator hashes them then, not at every save (~25 MB
-// per layer, which made the periodic saves a few percent of a core).
-void save_checkpoint(const std::filesystem::path& path, const CheckpointState& state, uint64_t factors_digest_value);
+// The same with blobs_digest(state.blobs) at hand: a run's blobs are fixed once written,
+// so the coordinator hashes them then, not at every save (~25 MB per Engram layer, which
+// made the periodic saves a few percent of a core).
+void save_checkpoint(const std::filesystem::path& path, const CheckpointState& state, uint64_t blobs_digest_value);
 
 // nullopt when neither <path> nor <path>.prev exists. A corrupt newest generation falls
 // back to .prev (fell_back, note); throws PipelineError "... is corrupt (...); use --fresh
-// to start over" when no complete generation is left. A generation whose factors file is
-// missing or holds other factors counts as corrupt.
+// to start over" when no complete generation is left. A generation whose blob file is
+// missing or holds other blobs counts as corrupt. A checkpoint of another format version
+// is refused naming both versions, never read.
 std::optional<LoadResult> load_checkpoint(const std::filesystem::path& path);
 
 // "" when the fingerprints are equal; otherwise a message naming the first field that
@@ -114,14 +116,14 @@ std::string fingerprint_mismatch(const CheckpointState& stored,
                                  const std::vector<std::pair<std::string, std::string>>& current);
 
 // xxh3-64 over the canonical serialization of every field (the stored checksum; the
-// factors enter through factors_digest).
+// blobs enter through blobs_digest).
 uint64_t checkpoint_checksum(const CheckpointState& state);
 
-// xxh3-64 over the factors' layers and values (stored in the generation and in the file).
-uint64_t factors_digest(const std::vector<FactorRecord>& factors);
+// xxh3-64 over the blobs' names, shapes and values (stored in the generation and the file).
+uint64_t blobs_digest(const std::vector<Blob>& blobs);
 
-// Where save_checkpoint keeps the factors of `checkpoint`: PATH.factors (HDF5), written
-// only when a save carries factors the file does not hold yet.
-std::filesystem::path factors_file(const std::filesystem::path& checkpoint);
+// Where save_checkpoint keeps the blobs of `checkpoint`: PATH.blobs (HDF5), written only
+// when a save carries blobs the file does not hold yet.
+std::filesystem::path blobs_file(const std::filesystem::path& checkpoint);
 
 } // namespace shardq

@@ -12,6 +12,12 @@ constexpr uint64_t kSyncBytes = 256ull << 20;
 
 } // namespace
 
+uint64_t ChunkBytes::size() const {
+  uint64_t bytes = 0;
+  for (const auto& buffer : buffers) bytes += buffer.size();
+  return bytes;
+}
+
 ChunkWriter::ChunkWriter(const Plan& plan, OutputFiles& outputs, OnDurable on_durable)
     : plan_(plan), outputs_(outputs), on_durable_(std::move(on_durable)), thread_([this] { run(); }) {}
 
@@ -63,11 +69,10 @@ void ChunkWriter::run() {
       changed_.notify_all();
     }
     try {
-      const TablePlan& table = plan_.tables[size_t(next.result.table)];
+      const Task& task = plan_.tasks()[size_t(next.result.task)];
       const uint64_t chunk = uint64_t(next.result.chunk);
-      outputs_.write_chunk_bytes(table, table.chunk_first_row(chunk), table.chunk_rows(chunk), next.bytes.packed,
-                                 next.bytes.scales);
-      unsynced_bytes += next.bytes.packed.size() + next.bytes.scales.size();
+      outputs_.write_chunk_bytes(task, task.chunk_first_row(chunk), task.chunk_rows(chunk), next.bytes.buffers);
+      unsynced_bytes += next.bytes.size();
       unsynced.push_back(std::move(next));
       // Sync once nothing else waits (the disk then catches up while the next chunk is
       // computed) or once enough has piled up: a slow disk gets fewer, larger syncs.

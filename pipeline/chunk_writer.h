@@ -19,9 +19,10 @@
 
 namespace shardq {
 
-// The bytes of one quantized chunk (packed codes, E4M3 scales); recycled between chunks.
+// The output buffers of one encoded chunk (one per task output); recycled between chunks.
 struct ChunkBytes {
-  std::vector<uint8_t> packed, scales;
+  std::vector<std::vector<uint8_t>> buffers;
+  uint64_t size() const;
 };
 
 class ChunkWriter {

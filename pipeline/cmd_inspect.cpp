@@ -17,11 +17,6 @@ struct Row {
   std::string name, dtype, shape, bytes;
 };
 
-std::string shape_text(const std::vector<uint64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += fmt::format("{}{}", i ? ", " : "", shape[i]);
-  return text + "]";
-}
 
 void print_table(const std::vector<Row>& rows) {
   size_t name_width = 0, dtype_width = 0, shape_width = 0, bytes_width = 0;

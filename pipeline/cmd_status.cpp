@@ -3,11 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <ctime>
-#include <optional>
-#include <set>
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/commands.h"
@@ -20,12 +17,12 @@ struct Progress {
   double chunk_seconds = 0;
 };
 
-uint64_t rows_of_chunk(const TableRecord& t, size_t chunk) {
+uint64_t rows_of_chunk(const TaskRecord& t, size_t chunk) {
   const uint64_t first = uint64_t(chunk) * t.rows_per_chunk;
   return first >= t.rows ? 0 : std::min(t.rows_per_chunk, t.rows - first);
 }
 
-Progress progress_of(const TableRecord& t) {
+Progress progress_of(const TaskRecord& t) {
   Progress p;
   p.chunks = t.chunks.size();
   p.rows = t.rows;
@@ -56,17 +53,6 @@ std::string utc_time(int64_t unix_seconds) {
 
 std::string shortened(const std::string& value) { return value.size() <= 16 ? value : value.substr(0, 12) + ".."; }
 
-// The Engram layer of a table named "layers.<L>.engram...", if any.
-std::optional<int> layer_of(const std::string& tensor) {
-  const std::string prefix = "layers.";
-  if (tensor.rfind(prefix, 0) != 0) return std::nullopt;
-  int layer = 0;
-  const char* begin = tensor.data() + prefix.size();
-  const auto [end, ec] = std::from_chars(begin, tensor.data() + tensor.size(), layer);
-  if (ec != std::errc() || end == begin) return std::nullopt;
-  return layer;
-}
-
 void print_header(const std::string& path, const LoadResult& loaded) {
   const CheckpointState& s = loaded.state;
   fmt::print("checkpoint: {} (generation {}, updated {})\n", path, s.generation, utc_time(s.updated_unix));
@@ -76,37 +62,42 @@ void print_header(const std::string& path, const LoadResult& loaded) {
   fmt::print("fingerprint:{}\n", fields.empty() ? " (none)" : fields);
 }
 
-// Width of the name column: the longest tensor name, or "total".
+// Plans of many small tasks (one per expert projection) are summed, not listed.
+constexpr size_t kListedTasks = 32;
+
+// Width of the name column: the longest task name, or "total".
 size_t name_width(const CheckpointState& s) {
   size_t width = 5;
-  for (const auto& t : s.tables) width = std::max(width, t.tensor.size());
+  for (const auto& t : s.tasks) width = std::max(width, t.name.size());
   return width;
 }
 
 void print_stages(const CheckpointState& s) {
   fmt::print("stages:\n");
   const size_t width = name_width(s);
-  std::set<int> layers_with_factors, layers;
-  for (const auto& f : s.factors) layers_with_factors.insert(f.layer), layers.insert(f.layer);
-  for (const auto& t : s.tables) {
-    const auto amax_done = std::count_if(t.amax_chunks.begin(), t.amax_chunks.end(), [](const AmaxRecord& a) { return a.done != 0; });
-    fmt::print("  {:<{}}  amax {}/{} chunks\n", t.tensor, width, amax_done, t.amax_chunks.size());
-    if (const auto layer = layer_of(t.tensor)) layers.insert(*layer);
+  uint64_t done_total = 0, reductions_total = 0;
+  for (const auto& t : s.tasks) {
+    if (t.reductions.empty()) continue;
+    const auto done = uint64_t(std::count_if(t.reductions.begin(), t.reductions.end(), [](const ReduceRecord& r) { return r.done != 0; }));
+    done_total += done, reductions_total += t.reductions.size();
+    if (s.tasks.size() <= kListedTasks) fmt::print("  {:<{}}  reduce {}/{} chunks\n", t.name, width, done, t.reductions.size());
   }
-  std::string factors;
-  for (int layer : layers)
-    factors += fmt::format("{}layer {} {}", factors.empty() ? "" : ", ", layer, layers_with_factors.count(layer) ? "present" : "absent");
-  fmt::print("  gptq factors: {}\n", factors.empty() ? "none" : factors);
+  if (s.tasks.size() > kListedTasks) fmt::print("  {} tasks  reduce {}/{} chunks\n", s.tasks.size(), done_total, reductions_total);
+  std::string blobs;
+  for (const auto& b : s.blobs) blobs += fmt::format("{}{}", blobs.empty() ? "" : ", ", b.name);
+  fmt::print("  stored factors: {}\n", blobs.empty() ? "none" : blobs);
 }
 
 Progress print_chunks(const CheckpointState& s) {
   fmt::print("chunks:\n");
   const size_t width = name_width(s);
   Progress total;
-  for (const auto& t : s.tables) {
+  for (const auto& t : s.tasks) {
     const Progress p = progress_of(t);
-    fmt::print("  {:<{}}  {}/{} chunks  {:.1f}%  {}/{} rows\n", t.tensor, width, p.chunks_done, p.chunks,
-               percent(p.chunks_done, p.chunks), p.rows_done, p.rows);
+    if (s.tasks.size() <= kListedTasks) {
+      fmt::print("  {:<{}}  {}/{} chunks  {:.1f}%  {}/{} rows\n", t.name, width, p.chunks_done, p.chunks,
+                 percent(p.chunks_done, p.chunks), p.rows_done, p.rows);
+    }
     total.chunks_done += p.chunks_done, total.chunks += p.chunks;
     total.rows_done += p.rows_done, total.rows += p.rows, total.chunk_seconds += p.chunk_seconds;
   }

@@ -15,6 +15,7 @@
 #include "pipeline/io/config.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/plan.h"
+#include "stages/engram_layout.h"
 #include "stages/amax.h"
 #include "stages/factors.h"
 #include "stages/quantize.h"
@@ -99,13 +100,14 @@ int cmd_study(const StudyArgs& args) {
   job.src = args.src;
   job.dst = args.out;
   const Plan plan = make_plan(job, 1);
-  const auto table_it = std::find_if(plan.tables.begin(), plan.tables.end(), [&](const TablePlan& t) { return t.layer == args.layer; });
-  if (table_it == plan.tables.end()) throw PipelineError(fmt::format("{}: layer {} has no Engram table", args.src, args.layer));
-  const TablePlan& table = *table_it;
+  const auto table_it = std::find_if(plan.tasks().begin(), plan.tasks().end(), [&](const Task& t) { return t.layer == args.layer; });
+  if (table_it == plan.tasks().end()) throw PipelineError(fmt::format("{}: layer {} has no Engram table", args.src, args.layer));
+  const Task& table = *table_it;
+  const EngramLayout& layout = *plan.recipe_plan.codec_params.engram_layout;
   const io::Reader reader(plan.src / plan.shards[table.shard].file);
-  const auto& weight = reader.tensor(table.source_weight);
-  const auto& scale = reader.tensor(table.source_scale);
-  const int columns = plan.layout->columns(), cols = table.cols;
+  const auto& weight = reader.tensor(table.inputs[0]);
+  const auto& scale = reader.tensor(table.inputs[1]);
+  const int columns = layout.columns(), cols = table.cols;
 
   // The table's global scale comes from every row, as in a run.
   float amax = 0.0f;
@@ -116,11 +118,11 @@ int cmd_study(const StudyArgs& args) {
     scales.resize(rows * scale.row_bytes());
     reader.read_rows(weight, first, rows, codes);
     reader.read_rows(scale, first, rows, scales);
-    amax = std::max(amax, amax_fp8_chunk({table.source_weight, first, rows, cols, codes, scales, table.source_scale}));
+    amax = std::max(amax, amax_fp8_chunk({table.inputs[0], first, rows, cols, codes, scales, table.inputs[1]}));
   }
   const float global_scale = Nvfp4::global_scale(amax);
 
-  const std::vector<float> wkv = read_dequantized_wkv(plan, table.layer);
+  const std::vector<float> wkv = read_factor_source(plan, plan.factor_sets().at(size_t(table.factor_set)));
   const int in_cols = columns * cols, out_rows = int(wkv.size() / size_t(in_cols));
   LayerFactors factors;
   factors.layer = table.layer;
@@ -137,8 +139,8 @@ int cmd_study(const StudyArgs& args) {
                                                      : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
 
   // Sampled rows, dequantized once per column.
-  const auto offsets = plan.layout->offsets(table.layer);
-  const auto primes = plan.layout->primes(table.layer);
+  const auto offsets = layout.offsets(table.layer);
+  const auto primes = layout.primes(table.layer);
   std::vector<std::vector<float>> column_rows(static_cast<size_t>(columns));
   uint64_t sampled = 0;
   for (int c = 0; c < columns; ++c) {
@@ -148,7 +150,7 @@ int cmd_study(const StudyArgs& args) {
       scales.resize(scale.row_bytes());
       reader.read_rows(weight, row, 1, codes);
       reader.read_rows(scale, row, 1, scales);
-      const Fp8RowChunk one{table.source_weight, row, 1, cols, codes, scales, table.source_scale};
+      const Fp8RowChunk one{table.inputs[0], row, 1, cols, codes, scales, table.inputs[1]};
       check_fp8_chunk(one);
       column_rows[size_t(c)].resize(column_rows[size_t(c)].size() + size_t(cols));
       dequantize_chunk_row(one, 0, column_rows[size_t(c)].data() + column_rows[size_t(c)].size() - size_t(cols));
@@ -161,7 +163,7 @@ int cmd_study(const StudyArgs& args) {
     QuantizeParams params = make_quantize_params(parse_quant_method(name), int(job.mse_candidates), job.mse_alpha_min, global_scale);
     params.gptq_block = int(job.gptq_block);
     params.layer = table.layer;
-    params.layout = plan.layout.get();
+    params.layout = &layout;
     params.factors = &factors;
     MethodResult result{name, {}, std::vector<ChunkStats>(size_t(columns)), 0.0};
     const auto start = std::chrono::steady_clock::now();

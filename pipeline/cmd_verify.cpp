@@ -1,7 +1,10 @@
 // `shardq verify`: an audit of a finished output against its source, independent of the
-// run that made it: unchanged tensors and files byte-identical, tables decoding within
-// the NVFP4 bound, global scales recomputed, report figures recomputed, index and config
-// as planned. Exit 0 only if every check passes.
+// run that made it. For every product: the index closed (every shard present, every tensor
+// in exactly one shard, headers matching their files), unchanged shards, copied tensors and
+// other files byte-identical, constants, config and side files as planned; then each
+// task's own audit (NVFP4 tables within bound with their figures recomputed, MXFP4 tables
+// equal to the quantizer's bytes with their cosine, transcoded experts bit-exact). Failures
+// are printed one per line, then a table of every check; exit 0 only if all pass.
 #include <fmt/format.h>
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -11,13 +14,17 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "kernels/formats.h"
+#include "kernels/mxfp4.h"
 #include "pipeline/commands.h"
 #include "pipeline/io/config.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/plan.h"
 #include "stages/amax.h"
+#include "stages/linear_rows.h"
 #include "stages/verify.h"
 
 namespace shardq {
@@ -26,12 +33,42 @@ namespace {
 constexpr uint64_t kPieceBytes = 64ull << 20;
 constexpr uint64_t kVerifyRows = 65536;
 
-struct Audit {
-  int failed = 0;
-  void check(bool ok, const std::string& what, const std::string& detail) {
-    std::printf("%s  %s%s%s\n", ok ? "PASS" : "FAIL", what.c_str(), detail.empty() ? "" : ": ", detail.c_str());
-    failed += ok ? 0 : 1;
+// Checks grouped by what they check; failures print at once, the table at the end.
+class Audit {
+ public:
+  void check(const std::string& category, bool ok, const std::string& what, const std::string& detail) {
+    Category& c = category_(category);
+    ++c.checked;
+    if (ok) return;
+    ++c.failed;
+    ++failed_;
+    std::printf("FAIL  %s%s%s\n", what.c_str(), detail.empty() ? "" : ": ", detail.c_str());
   }
+  void note(const std::string& category, const std::string& figure) { category_(category).figure = figure; }
+  int failed() const { return failed_; }
+
+  void print_table() const {
+    size_t width = 5;
+    for (const auto& [name, c] : categories_) width = std::max(width, name.size());
+    std::printf("%-*s  %8s  %6s  %s\n", int(width), "check", "checked", "failed", "figure");
+    for (const auto& [name, c] : categories_) {
+      std::printf("%-*s  %8llu  %6llu  %s\n", int(width), name.c_str(), (unsigned long long)c.checked,
+                  (unsigned long long)c.failed, c.figure.c_str());
+    }
+    std::printf("%s: %d check(s) failed\n", failed_ ? "FAILED" : "OK", failed_);
+  }
+
+ private:
+  struct Category {
+    uint64_t checked = 0, failed = 0;
+    std::string figure;
+  };
+  Category& category_(const std::string& name) {
+    for (auto& [n, c] : categories_) if (n == name) return c;
+    return categories_.emplace_back(name, Category{}).second;
+  }
+  std::vector<std::pair<std::string, Category>> categories_;
+  int failed_ = 0;
 };
 
 uint64_t hash_range(const io::Reader& reader, uint64_t begin, uint64_t end) {
@@ -60,92 +97,326 @@ bool same_file_bytes(const std::filesystem::path& a, const std::filesystem::path
   return true;
 }
 
-void verify_table(const Plan& plan, const TablePlan& table, const nlohmann::ordered_json& report_table,
-                  bool round_to_nearest, Audit& audit) {
-  const io::Reader source(plan.src / plan.shards[table.shard].file);
-  const io::Reader output(plan.dst / plan.shards[table.shard].file);
-  const auto& weight = source.tensor(table.source_weight);
-  const auto& scale = source.tensor(table.source_scale);
+// An engram-nvfp4 task: global scale recomputed from the source's amax, every row within
+// the NVFP4 bound (round-to-nearest methods), the report's rel RMS error recomputed.
+void verify_engram_nvfp4(const Plan& plan, const Task& task, const nlohmann::ordered_json& report_table,
+                         bool round_to_nearest, Audit& audit) {
+  const io::Reader source(plan.src / plan.shards[task.shard].file);
+  const io::Reader output(plan.dst / plan.shards[task.shard].file);
+  const auto& weight = source.tensor(task.inputs[0]);
+  const auto& scale = source.tensor(task.inputs[1]);
+  const std::string global_name = task.name + ".weight_scale_2";
   float global_scale = 0.0f;
   std::vector<uint8_t> scalar(4);
-  output.read_rows(output.tensor(table.out_global_scale), 0, 1, scalar);
+  output.read_rows(output.tensor(global_name), 0, 1, scalar);
   std::memcpy(&global_scale, scalar.data(), 4);
 
   float amax = 0.0f;
   VerifyCounts counts;
   std::vector<uint8_t> codes, scales, packed, out_scales;
-  for (uint64_t first = 0; first < table.rows; first += kVerifyRows) {
-    const uint64_t rows = std::min(kVerifyRows, table.rows - first);
+  for (uint64_t first = 0; first < task.rows; first += kVerifyRows) {
+    const uint64_t rows = std::min(kVerifyRows, task.rows - first);
     codes.resize(rows * weight.row_bytes());
     scales.resize(rows * scale.row_bytes());
-    packed.resize(rows * uint64_t(table.cols / 2));
-    out_scales.resize(rows * uint64_t(table.cols / 16));
+    packed.resize(rows * tensor_row_bytes(task.outputs[0]));
+    out_scales.resize(rows * tensor_row_bytes(task.outputs[1]));
     source.read_rows(weight, first, rows, codes);
     source.read_rows(scale, first, rows, scales);
-    output.read_rows(output.tensor(table.out_weight), first, rows, packed);
-    output.read_rows(output.tensor(table.out_scale), first, rows, out_scales);
-    const Fp8RowChunk chunk{table.source_weight, first, rows, table.cols, codes, scales, table.source_scale};
+    output.read_rows(output.tensor(task.outputs[0].name), first, rows, packed);
+    output.read_rows(output.tensor(task.outputs[1].name), first, rows, out_scales);
+    const Fp8RowChunk chunk{task.inputs[0], first, rows, task.cols, codes, scales, task.inputs[1]};
     amax = std::max(amax, amax_fp8_chunk(chunk));
-    verify_nvfp4_rows(chunk, packed.data(), out_scales.data(), global_scale, round_to_nearest, table.out_weight, counts);
+    verify_nvfp4_rows(chunk, packed.data(), out_scales.data(), global_scale, round_to_nearest, task.outputs[0].name, counts);
   }
   const float expected_global = Nvfp4::global_scale(amax);
-  audit.check(global_scale == expected_global, table.out_global_scale,
+  audit.check("nvfp4 global scales", global_scale == expected_global, global_name,
               fmt::format("{:.9g}, amax {:.9g} / 2688 = {:.9g}", global_scale, amax, expected_global));
-  audit.check(counts.nan_scales == 0 && counts.elements_out_of_bound == 0, table.out_weight + " values",
+  audit.check("nvfp4 table values", counts.nan_scales == 0 && counts.elements_out_of_bound == 0, task.outputs[0].name + " values",
               counts.first_problem.empty() ? fmt::format("{} rows{}", counts.rows, round_to_nearest ? " within the NVFP4 bound" : " decode")
                                            : counts.first_problem);
   const double ref = counts.sums.reference_sq.to_double();
   const double rel_rms = ref > 0 ? std::sqrt(counts.sums.error_sq.to_double() / ref) : 0.0;
   const double reported = report_table.value("rel_rms_error", -1.0);
-  audit.check(std::fabs(rel_rms - reported) <= 1e-9 * std::max(1.0, std::fabs(rel_rms)), table.out_weight + " rel_rms_error",
+  audit.check("nvfp4 report figures", std::fabs(rel_rms - reported) <= 1e-9 * std::max(1.0, std::fabs(rel_rms)), task.outputs[0].name + " rel_rms_error",
               fmt::format("recomputed {:.12g}, report {:.12g}", rel_rms, reported));
+}
+
+// Shards holding an Engram table are their own row of the table (the products promise them).
+std::string shard_category(const Plan& plan, const ShardPlan& shard) {
+  for (const auto& t : plan.source.tensors) {
+    if (plan.shards[t.shard].file == shard.file && t.spec.name.find("engram.embed") != std::string::npos) {
+      return "Engram tables identical to the source";
+    }
+  }
+  return "unchanged shards identical";
+}
+
+// Copies byte-identical, constants as planned.
+void verify_shard_entries(const Plan& plan, const ShardPlan& shard, Audit& audit) {
+  const io::Reader source(plan.src / shard.file), output(plan.dst / shard.file);
+  for (const auto& entry : shard.entries) {
+    const auto& b = output.tensor(entry.spec.name);
+    if (entry.source == EntrySource::copy) {
+      const auto& a = source.tensor(entry.from);
+      audit.check(entry.from.find("engram.embed") != std::string::npos ? "Engram tables identical to the source" : "copied tensors identical",
+                  a.end - a.begin == b.end - b.begin && hash_range(source, a.begin, a.end) == hash_range(output, b.begin, b.end),
+                  entry.spec.name, "not byte-identical to the source's '" + entry.from + "'");
+    } else if (entry.source == EntrySource::constant) {
+      std::vector<uint8_t> bytes(b.end - b.begin);
+      output.read_bytes(b.begin, bytes);
+      audit.check("constants as planned", bytes == entry.bytes, entry.spec.name, "differs from the planned value");
+    }
+  }
+}
+
+// Output tensors by dtype, over every shard.
+void print_dtype_totals(const CheckpointView& output) {
+  std::map<std::string, uint64_t> totals;
+  for (const auto& t : output.tensors) ++totals[std::string(dtype_name(t.spec.dtype))];
+  std::vector<std::string> parts;
+  for (const auto& [dtype, count] : totals) parts.push_back(fmt::format("{} {}", dtype, count));
+  std::printf("dtype totals: %s\n", fmt::format("{}", fmt::join(parts, " / ")).c_str());
+}
+
+// The recipe of a finished output: the product whose report is there.
+std::string recipe_of_output(const std::filesystem::path& dst) {
+  for (const auto& name : recipe_names()) {
+    if (std::filesystem::exists(dst / (name + ".json"))) return name;
+  }
+  throw PipelineError(fmt::format("{}: no report: not a finished shardq output", dst.string()));
+}
+
+// The job to check against: JOB.toml when given, else what the report records.
+Job verify_job(const VerifyArgs& args) {
+  Job job;
+  if (!args.job_file.empty()) job = load_job(args.job_file, {});
+  else job.recipe = recipe_of_output(args.dst);
+  job.src = args.src;
+  job.dst = args.dst;
+  if (args.job_file.empty()) {
+    const auto report = io::read_json_object(std::filesystem::path(args.dst) / (job.recipe + ".json"));
+    const auto& parameters = report.contains("parameters") ? report["parameters"] : nlohmann::ordered_json::object();
+    job.input_scales_from = parameters.value("input_scales_from", std::string());
+    job.keep_mtp = parameters.value("keep_mtp", true);
+    job.engram_min_cosine = parameters.value("engram_min_cosine", job.engram_min_cosine);
+  }
+  return job;
+}
+
+// Index closed: every shard it names is present and whole (its header matches its size),
+// and every tensor of every shard is named once, in the shard that holds it.
+void verify_index(const Plan& plan, Audit& audit) {
+  const auto index = io::read_json_object(plan.dst / kIndexFile);
+  audit.check("index as planned", index == output_index(plan), kIndexFile, "differs from the plan");
+  const auto& weight_map = index["weight_map"];
+  std::set<std::string> files;
+  for (const auto& [name, file] : weight_map.items()) files.insert(file.get<std::string>());
+  std::map<std::string, int> seen;
+  for (const auto& file : files) {
+    const auto path = plan.dst / file;
+    bool whole = std::filesystem::exists(path);
+    if (whole) {
+      try {
+        const io::Reader reader(path); // validates the header against the file size
+        for (const auto& t : reader.tensors()) {
+          ++seen[t.name];
+          audit.check("index closed", weight_map.contains(t.name) && weight_map[t.name] == file, t.name,
+                      "in " + file + " but the index names " + (weight_map.contains(t.name) ? weight_map[t.name].get<std::string>() : "no shard"));
+        }
+      } catch (const std::exception& e) {
+        whole = false;
+        audit.check("shard headers match files", false, file, e.what());
+        continue;
+      }
+    }
+    audit.check("shard headers match files", whole, file, "missing in dst");
+  }
+  for (const auto& [name, file] : weight_map.items()) {
+    audit.check("index closed", seen[name] == 1, name, fmt::format("held by {} shards, 1 expected", seen[name]));
+  }
+}
+
+float read_f32_scalar(const io::Reader& reader, const std::string& name) {
+  std::vector<uint8_t> bytes(4);
+  reader.read_rows(reader.tensor(name), 0, 1, bytes);
+  float value = 0;
+  std::memcpy(&value, bytes.data(), 4);
+  return value;
+}
+
+// A transcoded expert: every element bit-exact against the source.
+void verify_transcode(const Plan& plan, const Task& task, Audit& audit) {
+  const io::Reader source(plan.src / plan.shards[task.shard].file), output(plan.dst / plan.shards[task.shard].file);
+  const float weight_scale_2 = read_f32_scalar(output, task.name + ".weight_scale_2");
+  VerifyCounts counts;
+  std::vector<uint8_t> source_codes, source_scales, codes, scales;
+  for (uint64_t first = 0; first < task.rows; first += kVerifyRows) {
+    const uint64_t rows = std::min(kVerifyRows, task.rows - first);
+    const auto read = [&](const io::Reader& reader, const std::string& name, std::vector<uint8_t>& bytes) {
+      const auto& tensor = reader.tensor(name);
+      bytes.resize(rows * tensor.row_bytes());
+      reader.read_rows(tensor, first, rows, bytes);
+    };
+    read(source, task.inputs[0], source_codes);
+    read(source, task.inputs[1], source_scales);
+    read(output, task.outputs[0].name, codes);
+    read(output, task.outputs[1].name, scales);
+    verify_transcode_rows(source_codes.data(), source_scales.data(), codes.data(), scales.data(), weight_scale_2, first,
+                          rows, task.cols, task.outputs[0].name, counts);
+  }
+  audit.check("experts bit-exact", counts.elements_out_of_bound == 0, task.outputs[0].name,
+              fmt::format("{} elements differ from the source; first: {}", counts.elements_out_of_bound, counts.first_problem));
+}
+
+// An Engram MXFP4 table: the quantizer's bytes, and its cosine against the FP8 source.
+double verify_mxfp4_table(const Plan& plan, const Task& task, Audit& audit) {
+  const io::Reader source(plan.src / plan.shards[task.shard].file), output(plan.dst / plan.shards[task.shard].file);
+  VerifyCounts counts;
+  std::vector<uint8_t> codes, scales, packed, out_scales;
+  for (uint64_t first = 0; first < task.rows; first += kVerifyRows) {
+    const uint64_t rows = std::min(kVerifyRows, task.rows - first);
+    const auto read = [&](const io::Reader& reader, const std::string& name, std::vector<uint8_t>& bytes) {
+      const auto& tensor = reader.tensor(name);
+      bytes.resize(rows * tensor.row_bytes());
+      reader.read_rows(tensor, first, rows, bytes);
+    };
+    read(source, task.inputs[0], codes);
+    read(source, task.inputs[1], scales);
+    read(output, task.outputs[0].name, packed);
+    read(output, task.outputs[1].name, out_scales);
+    const Fp8RowChunk chunk{task.inputs[0], first, rows, task.cols, codes, scales, task.inputs[1]};
+    verify_mxfp4_rows(chunk, packed.data(), out_scales.data(), task.outputs[0].name, counts);
+  }
+  audit.check("engram mxfp4 bytes", counts.elements_out_of_bound == 0, task.outputs[0].name,
+              fmt::format("{} rows differ; first: {}", counts.elements_out_of_bound, counts.first_problem));
+  const double x = counts.sums.reference_sq.to_double(), y = counts.sums.output_sq.to_double();
+  const double e = counts.sums.error_sq.to_double();
+  const double cosine = x > 0 && y > 0 ? (x + y - e) / 2.0 / std::sqrt(x * y) : (x == y ? 1.0 : 0.0);
+  audit.check("engram cosine", cosine >= plan.job.engram_min_cosine, task.outputs[0].name,
+              fmt::format("cosine {:.6f} below the job's threshold {}", cosine, plan.job.engram_min_cosine));
+  return cosine;
+}
+
+// An INT8 or BF16 linear: every row against its decoded source.
+void verify_linear(const Plan& plan, const Task& task, Audit& audit) {
+  const io::Reader source(plan.src / plan.shards[task.shard].file), output(plan.dst / plan.shards[task.shard].file);
+  const bool fp4 = task.codec == CodecKind::fp4_to_int8 || task.codec == CodecKind::fp4_to_bf16;
+  const bool int8 = task.codec == CodecKind::fp8_to_int8 || task.codec == CodecKind::fp4_to_int8;
+  VerifyCounts counts;
+  std::vector<uint8_t> codes, scales, out, out_scales;
+  const uint64_t step = kVerifyRows / 32 * 32; // whole FP8 scale blocks
+  for (uint64_t first = 0; first < task.rows; first += step) {
+    const uint64_t rows = std::min(step, task.rows - first);
+    const auto read = [&](const io::Reader& reader, const std::string& name, uint64_t from, uint64_t count, std::vector<uint8_t>& bytes) {
+      const auto& tensor = reader.tensor(name);
+      bytes.resize(count * tensor.row_bytes());
+      reader.read_rows(tensor, from, count, bytes);
+    };
+    read(source, task.inputs[0], first, rows, codes);
+    read(source, task.inputs[1], task.input_first_row(1, first), task.input_row_count(1, first, rows), scales);
+    read(output, task.outputs[0].name, first, rows, out);
+    const LinearRows linear{fp4 ? LinearSource::fp4_row32 : LinearSource::fp8_block32, task.inputs[0], task.inputs[1],
+                            first, rows, task.cols, codes, scales};
+    if (int8) {
+      read(output, task.outputs[1].name, first, rows, out_scales);
+      verify_int8_rows(linear, reinterpret_cast<const int8_t*>(out.data()), reinterpret_cast<const float*>(out_scales.data()),
+                       task.outputs[0].name, counts);
+    } else {
+      verify_bf16_rows(linear, reinterpret_cast<const uint16_t*>(out.data()), task.outputs[0].name, counts);
+    }
+  }
+  audit.check(int8 ? "INT8 rows within half a step, max |q| 127" : "BF16 rows rounded from the source",
+              counts.elements_out_of_bound == 0, task.outputs[0].name,
+              fmt::format("{} problems; first: {}", counts.elements_out_of_bound, counts.first_problem));
+}
+
+void verify_tasks(const Plan& plan, const nlohmann::ordered_json& report, Audit& audit) {
+  const bool round_to_nearest = plan.job.method == "rtn" || plan.job.method == "mse";
+  const auto& report_tables = report.contains("tables") ? report["tables"] : nlohmann::ordered_json::array();
+  std::vector<std::string> cosines;
+  size_t table = 0;
+  for (const Task& task : plan.tasks()) {
+    switch (task.codec) {
+      case CodecKind::engram_nvfp4: {
+        const auto report_table = table < report_tables.size() ? report_tables[table] : nlohmann::ordered_json::object();
+        ++table;
+        verify_engram_nvfp4(plan, task, report_table, round_to_nearest, audit);
+        break;
+      }
+      case CodecKind::engram_mxfp4:
+        cosines.push_back(fmt::format("layer {} {:.4f}", task.layer, verify_mxfp4_table(plan, task, audit)));
+        break;
+      case CodecKind::transcode_mxfp4_nvfp4: verify_transcode(plan, task, audit); break;
+      case CodecKind::fp8_to_int8:
+      case CodecKind::fp4_to_int8:
+      case CodecKind::fp8_to_bf16:
+      case CodecKind::fp4_to_bf16: verify_linear(plan, task, audit); break;
+    }
+  }
+  if (!cosines.empty()) audit.note("engram cosine", fmt::format("{} (min {})", fmt::join(cosines, ", "), plan.job.engram_min_cosine));
+}
+
+// Every output tensor's name, dtype and shape against the reference checkpoint's (MTP
+// experts re-encoded with keep_mtp = false have no counterpart there).
+void verify_reference_layout(const Plan& plan, const Job& job, Audit& audit) {
+  const CheckpointView reference = read_checkpoint_view(job.input_scales_from);
+  const auto skipped = [&](const std::string& name) { return !job.keep_mtp && name.rfind("mtp.", 0) == 0 && name.find(".ffn.experts.") != std::string::npos; };
+  std::set<std::string> output_names;
+  std::map<std::string, std::unique_ptr<io::Reader>> readers; // per output shard, opened once
+  const auto index = io::read_json_object(plan.dst / kIndexFile);
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (skipped(name)) continue;
+    output_names.insert(name);
+    auto& reader = readers[file.get<std::string>()];
+    if (!reader) reader = std::make_unique<io::Reader>(plan.dst / file.get<std::string>());
+    const auto* tensor = reader->find(name);
+    const SourceTensor* ref = reference.find(name);
+    audit.check("layout equal to the reference", tensor && ref && ref->spec.dtype == tensor->dtype && ref->spec.shape == tensor->shape,
+                name, ref ? "dtype or shape differs from the reference's" : "not in the reference");
+  }
+  for (const auto& t : reference.tensors) {
+    if (!skipped(t.spec.name)) audit.check("layout equal to the reference", output_names.count(t.spec.name) == 1, t.spec.name, "missing in the output");
+  }
 }
 
 } // namespace
 
 int cmd_verify(const VerifyArgs& args) {
-  Job job;
-  job.src = args.src;
-  job.dst = args.dst;
-  const auto report_path = std::filesystem::path(args.dst) / kReportFile;
+  Job job = verify_job(args);
+  const auto report_path = std::filesystem::path(args.dst) / (job.recipe + ".json");
   if (!std::filesystem::exists(report_path)) {
     throw PipelineError(fmt::format("{}: no report: not a finished shardq output", report_path.string()));
   }
   const nlohmann::ordered_json report = io::read_json_object(report_path);
-  job.method = args.job_file.empty() ? report.value("method", std::string("rtn")) : load_job(args.job_file, {}).method;
+  if (args.job_file.empty()) job.method = report.value("method", job.method);
   const Plan plan = make_plan(job, 1);
   Audit audit;
+  verify_index(plan, audit);
   for (const auto& shard : plan.shards) {
     const auto out = plan.dst / shard.file;
-    if (!std::filesystem::exists(out)) {
-      audit.check(false, shard.file, "missing in dst");
-      continue;
-    }
-    if (!shard.changed) {
-      audit.check(same_file_bytes(plan.src / shard.file, out), shard.file, "unchanged shard identical");
-      continue;
-    }
-    const io::Reader source(plan.src / shard.file), output(out);
-    for (const auto& copy : shard.copies) {
-      const auto& a = source.tensor(copy.name);
-      const auto& b = output.tensor(copy.name);
-      audit.check(a.end - a.begin == b.end - b.begin && hash_range(source, a.begin, a.end) == hash_range(output, b.begin, b.end),
-                  copy.name, "byte-identical");
-    }
+    if (!std::filesystem::exists(out)) continue; // counted by verify_index
+    if (!shard.changed) audit.check(shard_category(plan, shard), same_file_bytes(plan.src / shard.file, out), shard.file, "differs from the source");
+    else verify_shard_entries(plan, shard, audit);
   }
-  const bool round_to_nearest = job.method == "rtn" || job.method == "mse";
-  for (size_t t = 0; t < plan.tables.size(); ++t) {
-    const auto& tables = report["tables"];
-    verify_table(plan, plan.tables[t], t < tables.size() ? tables[t] : nlohmann::ordered_json::object(), round_to_nearest, audit);
-  }
+  verify_tasks(plan, report, audit);
   for (const auto& file : plan.other_files) {
     const auto out = plan.dst / file;
-    audit.check(std::filesystem::exists(out) && same_file_bytes(plan.src / file, out), file, "identical");
+    audit.check("other files identical", std::filesystem::exists(out) && same_file_bytes(plan.src / file, out), file, "missing or different");
   }
-  audit.check(io::read_json_object(plan.dst / kIndexFile) == output_index(plan), kIndexFile, "as planned");
-  audit.check(io::read_config(plan.dst / kConfigFile) == output_config(plan), kConfigFile, "as planned");
-  std::printf("%s: %d check(s) failed\n", audit.failed ? "FAILED" : "OK", audit.failed);
-  return audit.failed ? kExitError : kExitOk;
+  audit.check("config files as planned", io::read_config(plan.dst / kConfigFile) == plan.recipe_plan.config, kConfigFile, "differs from the plan");
+  for (const auto& [file, json] : plan.recipe_plan.side_files) {
+    audit.check("config files as planned", std::filesystem::exists(plan.dst / file) && io::read_json_object(plan.dst / file) == json, file,
+                "missing or differs from the plan");
+  }
+  if (!job.input_scales_from.empty()) verify_reference_layout(plan, job, audit);
+  const CheckpointView output = read_checkpoint_view(plan.dst);
+  plan.recipe->audit(plan.recipe_plan, plan.params, plan.source, output,
+                     [&](const std::string& category, bool ok, const std::string& what, const std::string& detail) {
+                       audit.check(category, ok, what, detail);
+                     });
+  audit.print_table();
+  print_dtype_totals(output);
+  return audit.failed() ? kExitError : kExitOk;
 }
 
 } // namespace shardq

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/formats.h"
 #include "pipeline/io/config.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/report.h"
@@ -16,60 +15,110 @@ namespace shardq {
 namespace {
 
 constexpr double kSaveIntervalSeconds = 0.5;
-constexpr size_t kFactorMatrix = 256 * 256;
 
-uint64_t total_rows(const Plan& plan) {
-  uint64_t rows = 0;
-  for (const auto& t : plan.tables) rows += t.rows;
-  return rows;
+// Source bytes per row over the whole plan (the progress line's GB/s).
+uint64_t source_bytes_per_row(const Plan& plan) {
+  uint64_t bytes = 0;
+  for (const auto& task : plan.tasks()) {
+    for (const auto& input : task.inputs) bytes += task.rows * tensor_row_bytes(plan.source.at(input).spec);
+  }
+  const uint64_t rows = plan.total_rows();
+  return rows ? bytes / rows : 0;
+}
+
+const Blob* find_blob(const CheckpointState& state, const std::string& name) {
+  for (const auto& blob : state.blobs) if (blob.name == name) return &blob;
+  return nullptr;
 }
 
 } // namespace
+
+std::string gram_blob_name(const FactorSet& set) { return "gram:" + set.name; }
+std::string factor_blob_name(const FactorSet& set) { return "factor:" + set.name; }
+
+CheckpointState fresh_state(const Plan& plan) {
+  CheckpointState state;
+  state.fingerprint = plan.fingerprint;
+  for (const auto& task : plan.tasks()) {
+    TaskRecord record;
+    record.name = task.name;
+    record.rows = task.rows;
+    record.rows_per_chunk = task.rows_per_chunk;
+    if (codec_reduces(task.codec)) record.reductions.resize(task.chunks());
+    record.chunks.resize(task.chunks());
+    state.tasks.push_back(std::move(record));
+  }
+  return state;
+}
 
 Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& outputs, CheckpointState state,
                          std::filesystem::path checkpoint_path)
     : plan_(plan), link_(link), outputs_(outputs), state_(std::move(state)),
       checkpoint_path_(std::move(checkpoint_path)), last_save_(std::chrono::steady_clock::now()),
       elapsed_before_(state_.elapsed_seconds), start_(std::chrono::steady_clock::now()),
-      progress_(total_rows(plan), uint64_t(plan.tables.empty() ? 0 : plan.tables[0].cols + plan.tables[0].cols / 32)) {
+      progress_(plan.total_rows(), source_bytes_per_row(plan)) {
+  const auto& tasks = plan_.tasks();
+  task_enqueued_.assign(tasks.size(), 0);
+  group_pending_.assign(plan_.group_tasks.size(), 0);
   uint64_t skipped = 0;
-  for (size_t t = 0; t < plan_.tables.size(); ++t) {
-    const auto chunks = plan_.tables[t].chunks();
-    amax_assigned_.emplace_back(chunks, 0);
-    chunk_assigned_.emplace_back(chunks, 0);
-    factor_assigned_.emplace_back(plan_.layout->columns(), 0);
-    factor_done_.emplace_back(plan_.layout->columns(), 0);
-    for (uint64_t c = 0; c < chunks; ++c) {
-      if (state_.tables[t].chunks[c].state == kChunkDone) skipped += plan_.tables[t].chunk_rows(c);
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const auto& record = state_.tasks[t];
+    for (size_t c = 0; c < record.reductions.size(); ++c) {
+      if (record.reductions[c].done) continue;
+      reduce_queue_.emplace_back(t, c);
+      ++group_pending_[tasks[t].group];
     }
-    for (const auto& record : state_.factors) {
-      if (record.layer == plan_.tables[t].layer) std::fill(factor_done_[t].begin(), factor_done_[t].end(), 1);
+    for (uint64_t c = 0; c < record.chunks.size(); ++c) {
+      if (record.chunks[c].state == kChunkDone) skipped += tasks[t].chunk_rows(c);
+      else ++chunks_pending_;
     }
   }
+  group_reduced_.resize(group_pending_.size());
+  for (size_t g = 0; g < group_pending_.size(); ++g) {
+    group_reduced_[g] = group_pending_[g] == 0;
+    groups_pending_ += group_pending_[g] == 0 ? 0 : 1;
+  }
+  set_tasks_.resize(plan_.factor_sets().size());
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    if (tasks[t].factor_set >= 0) set_tasks_[size_t(tasks[t].factor_set)].push_back(t);
+  }
+  for (size_t s = 0; s < plan_.factor_sets().size(); ++s) {
+    const FactorSet& set = plan_.factor_sets()[s];
+    const bool stored = find_blob(state_, factor_blob_name(set)) != nullptr;
+    factor_done_.emplace_back(size_t(set.items), stored ? 1 : 0);
+    for (int item = 0; item < set.items && !stored; ++item) factor_queue_.emplace_back(s, item);
+  }
   progress_.set_done(skipped);
-  factors_digest_ = factors_digest(state_.factors);
+  blobs_digest_ = blobs_digest(state_.blobs);
+  for (size_t t = 0; t < tasks.size(); ++t) enqueue_if_ready(t);
   save(true);
 }
 
-bool Coordinator::amax_complete(size_t table) const {
-  const auto& chunks = state_.tables[table].amax_chunks;
-  return std::all_of(chunks.begin(), chunks.end(), [](const AmaxRecord& r) { return r.done != 0; });
+bool Coordinator::group_reduced(size_t group) const { return group_reduced_[group] != 0; }
+
+float Coordinator::group_value(size_t group) const {
+  float value = 0.0f;
+  for (size_t t : plan_.group_tasks[group]) {
+    for (const auto& record : state_.tasks[t].reductions) value = std::max(value, record.value);
+  }
+  return value;
 }
 
-bool Coordinator::factors_complete(size_t table) const {
-  if (!uses_factors()) return true;
-  return std::all_of(factor_done_[table].begin(), factor_done_[table].end(), [](uint8_t d) { return d != 0; });
+bool Coordinator::factors_ready(int set) const {
+  if (set < 0) return true;
+  const auto& done = factor_done_[size_t(set)];
+  return std::all_of(done.begin(), done.end(), [](uint8_t d) { return d != 0; });
 }
 
-bool Coordinator::table_complete(size_t table) const {
-  const auto& chunks = state_.tables[table].chunks;
-  return std::all_of(chunks.begin(), chunks.end(), [](const ChunkRecord& r) { return r.state == kChunkDone; });
-}
-
-float Coordinator::global_scale(size_t table) const {
-  float amax = 0.0f;
-  for (const auto& record : state_.tables[table].amax_chunks) amax = std::max(amax, record.amax);
-  return Nvfp4::global_scale(amax);
+// A task's chunks are handed out once its group is reduced and its factors are in.
+void Coordinator::enqueue_if_ready(size_t t) {
+  const Task& task = plan_.tasks()[t];
+  if (task_enqueued_[t] || !group_reduced(task.group) || !factors_ready(task.factor_set)) return;
+  task_enqueued_[t] = 1;
+  const auto& chunks = state_.tasks[t].chunks;
+  for (uint64_t c = 0; c < chunks.size(); ++c) {
+    if (chunks[c].state != kChunkDone) encode_queue_.emplace_back(t, c);
+  }
 }
 
 bool Coordinator::is_finished(const std::string& step) const {
@@ -82,107 +131,113 @@ void Coordinator::mark_finished(const std::string& step) {
 }
 
 WorkItem Coordinator::next_item(int rank) {
-  WorkItem item;
-  if (interrupting_) return item;
-  for (size_t t = 0; t < plan_.tables.size(); ++t) {
-    for (size_t c = 0; c < amax_assigned_[t].size(); ++c) {
-      if (!state_.tables[t].amax_chunks[c].done && !amax_assigned_[t][c]) {
-        amax_assigned_[t][c] = 1;
-        return {WorkKind::amax, int32_t(t), int64_t(c), 0.0f};
-      }
-    }
+  if (interrupting_) return {};
+  const auto take = [](std::deque<ItemKey>& queue) {
+    const ItemKey key = queue.front();
+    queue.pop_front();
+    return key;
+  };
+  if (!reduce_queue_.empty()) {
+    const auto [task, chunk] = take(reduce_queue_);
+    return {WorkKind::reduce, int32_t(task), int64_t(chunk), 0.0f};
   }
-  for (size_t t = 0; t < plan_.tables.size() && uses_factors(); ++t) {
-    for (size_t c = 0; c < factor_done_[t].size(); ++c) {
-      if (!factor_done_[t][c] && !factor_assigned_[t][c]) {
-        factor_assigned_[t][c] = 1;
-        return {WorkKind::factor, int32_t(t), int64_t(c), 0.0f};
-      }
-    }
+  if (!factor_queue_.empty()) {
+    const auto [set, item] = take(factor_queue_);
+    return {WorkKind::factor, int32_t(set), int64_t(item), 0.0f};
   }
-  for (size_t t = 0; t < plan_.tables.size(); ++t) {
-    if (!amax_complete(t) || !factors_complete(t)) continue;
-    for (size_t c = 0; c < chunk_assigned_[t].size(); ++c) {
-      if (state_.tables[t].chunks[c].state != kChunkDone && !chunk_assigned_[t][c]) {
-        chunk_assigned_[t][c] = 1;
-        send_factors_once(rank, t);
-        return {WorkKind::quantize, int32_t(t), int64_t(c), global_scale(t)};
-      }
-    }
+  if (!encode_queue_.empty()) {
+    const auto [task, chunk] = take(encode_queue_);
+    const Task& spec = plan_.tasks()[task];
+    send_factors_once(rank, spec.factor_set);
+    const float reduction = codec_reduces(spec.codec) ? group_value(spec.group) : 0.0f;
+    return {WorkKind::encode, int32_t(task), int64_t(chunk), reduction};
   }
-  return item;
+  return {};
 }
 
-void Coordinator::send_factors_once(int rank, size_t table) {
-  if (!uses_factors() || factors_sent_.count({rank, table})) return;
-  factors_sent_.insert({rank, table});
-  const auto it = std::find_if(state_.factors.begin(), state_.factors.end(),
-                               [&](const FactorRecord& r) { return r.layer == plan_.tables[table].layer; });
-  const auto bytes = [](const std::vector<double>& v) {
-    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(double));
+void Coordinator::send_factors_once(int rank, int set) {
+  if (set < 0 || factors_sent_.count({rank, set})) return;
+  factors_sent_.insert({rank, set});
+  const FactorSet& factor_set = plan_.factor_sets()[size_t(set)];
+  const auto bytes = [](const Blob* blob) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(blob->values.data()), blob->values.size() * sizeof(double));
   };
-  link_.send(rank, Tag::factors, encode(int32_t(table), {bytes(it->gram), bytes(it->upper)}));
+  link_.send(rank, Tag::factors,
+             encode(int32_t(set), {bytes(find_blob(state_, gram_blob_name(factor_set))),
+                                   bytes(find_blob(state_, factor_blob_name(factor_set)))}));
 }
 
 void Coordinator::on_request(int rank) {
   const WorkItem item = next_item(rank);
   if (item.kind != WorkKind::wait) {
     ++in_flight_;
-    spdlog::debug("assign {} table {} index {} -> rank {}", int(item.kind), item.table, item.index, rank);
+    spdlog::debug("assign {} task {} index {} -> rank {}", int(item.kind), item.task, item.index, rank);
   }
   link_.send(rank, Tag::assign, encode(item));
 }
 
-void Coordinator::on_amax(const AmaxResult& result) {
+void Coordinator::on_reduce(const ReduceResult& result) {
   --in_flight_;
-  auto& record = state_.tables[size_t(result.table)].amax_chunks[size_t(result.chunk)];
+  const size_t task = size_t(result.task);
+  auto& record = state_.tasks[task].reductions[size_t(result.chunk)];
   record.done = 1;
-  record.amax = result.amax;
+  record.value = result.value;
+  const size_t group = plan_.tasks()[task].group;
+  if (--group_pending_[group] == 0) {
+    group_reduced_[group] = 1;
+    --groups_pending_;
+    for (size_t t : plan_.group_tasks[group]) enqueue_if_ready(t);
+  }
   dirty_ = true;
-  crash_point("amax");
+  crash_point("reduce");
 }
 
 void Coordinator::on_factor(const Message& message) {
   --in_flight_;
   const auto header = decode<FactorResult>(message.bytes);
-  const size_t table = size_t(header.table), column = size_t(header.column);
-  auto& record = partial_factors_[table];
-  if (record.gram.empty()) {
-    record = {plan_.tables[table].layer, std::vector<double>(kFactorValues), std::vector<double>(kFactorValues)};
+  const FactorSet& set = plan_.factor_sets()[size_t(header.set)];
+  const size_t matrix = size_t(set.dim) * size_t(set.dim), values = matrix * size_t(set.items);
+  auto& [gram, upper] = partial_factors_[header.set];
+  if (gram.empty()) {
+    gram.resize(values);
+    upper.resize(values);
   }
   const auto body = payload(message.bytes, sizeof(FactorResult));
-  std::memcpy(record.gram.data() + column * kFactorMatrix, body.data(), kFactorMatrix * sizeof(double));
-  std::memcpy(record.upper.data() + column * kFactorMatrix, body.data() + kFactorMatrix * sizeof(double),
-              kFactorMatrix * sizeof(double));
-  factor_done_[table][column] = 1;
-  // A layer's factors reach the checkpoint whole: a partial set is recomputed on resume.
-  if (factors_complete(table)) {
-    state_.factors.push_back(std::move(record));
-    factors_digest_ = factors_digest(state_.factors);
-    partial_factors_.erase(table);
+  std::memcpy(gram.data() + size_t(header.item) * matrix, body.data(), matrix * sizeof(double));
+  std::memcpy(upper.data() + size_t(header.item) * matrix, body.data() + matrix * sizeof(double), matrix * sizeof(double));
+  factor_done_[size_t(header.set)][size_t(header.item)] = 1;
+  // A set's factors reach the checkpoint whole: a partial set is recomputed on resume.
+  if (factors_ready(header.set)) {
+    const std::vector<uint64_t> shape = {uint64_t(set.items), uint64_t(set.dim), uint64_t(set.dim)};
+    state_.blobs.push_back({gram_blob_name(set), shape, std::move(gram)});
+    state_.blobs.push_back({factor_blob_name(set), shape, std::move(upper)});
+    blobs_digest_ = blobs_digest(state_.blobs);
+    partial_factors_.erase(header.set);
     save(true);
     crash_point("factors");
+    for (size_t t : set_tasks_[size_t(header.set)]) enqueue_if_ready(t);
   }
 }
 
 void Coordinator::on_chunk_done(const ChunkResult& result) {
   --in_flight_;
-  auto& record = state_.tables[size_t(result.table)].chunks[size_t(result.chunk)];
+  auto& record = state_.tasks[size_t(result.task)].chunks[size_t(result.chunk)];
+  if (record.state != kChunkDone) --chunks_pending_;
   record.state = kChunkDone;
   record.checksum = result.checksum;
   record.stats = result.stats;
   record.seconds = result.seconds;
-  progress_.add(plan_.tables[size_t(result.table)].chunk_rows(uint64_t(result.chunk)));
+  progress_.add(plan_.tasks()[size_t(result.task)].chunk_rows(uint64_t(result.chunk)));
   dirty_ = true;
   crash_point("quantize");
 }
 
 void Coordinator::on_dropped(const WorkItem& item) {
   --in_flight_;
-  const size_t t = size_t(item.table), i = size_t(item.index);
-  if (item.kind == WorkKind::amax) amax_assigned_[t][i] = 0;
-  if (item.kind == WorkKind::quantize) chunk_assigned_[t][i] = 0;
-  if (item.kind == WorkKind::factor) factor_assigned_[t][i] = 0;
+  const ItemKey key{size_t(item.task), uint64_t(item.index)};
+  if (item.kind == WorkKind::reduce) reduce_queue_.push_front(key);
+  if (item.kind == WorkKind::encode) encode_queue_.push_front(key);
+  if (item.kind == WorkKind::factor) factor_queue_.push_front(key);
 }
 
 void Coordinator::on_finalized(int shard) {
@@ -197,12 +252,11 @@ void Coordinator::on_interrupt() {
   link_.send_all(Tag::cancel, encode(int32_t(0)));
 }
 
-// Shards are renamed only once every table of the job is quantized and recorded: rows
-// are checked for NaN codes as they are quantized, so a bad row late in the last table
-// must still leave no file under its final name.
+// Shards are renamed only once every task of the job is encoded and recorded: rows are
+// checked for NaN codes as they are encoded, so a bad row late in the last task must
+// still leave no file under its final name.
 void Coordinator::finalize_ready_shards() {
-  for (size_t t = 0; t < plan_.tables.size(); ++t)
-    if (!table_complete(t)) return;
+  if (chunks_pending_ > 0) return;
   for (size_t s = 0; s < plan_.shards.size(); ++s) {
     const ShardPlan& shard = plan_.shards[s];
     if (!shard.changed || finalizing_.count(s) || is_finished("shard:" + shard.file)) continue;
@@ -211,10 +265,15 @@ void Coordinator::finalize_ready_shards() {
       continue;
     }
     save(true); // every chunk of the shard is recorded before the rename
-    FinalizeShard message{int32_t(s), int32_t(shard.tables.size()), {}};
-    for (size_t i = 0; i < shard.tables.size(); ++i) message.global_scales[i] = global_scale(shard.tables[i]);
+    std::vector<float> scalars;
+    for (const auto& entry : shard.entries) {
+      if (entry.source != EntrySource::group_scalar) continue;
+      const Task& task = plan_.tasks()[entry.task];
+      scalars.push_back(group_scalar(task.codec, group_value(task.group)));
+    }
+    const std::span<const uint8_t> scalar_bytes(reinterpret_cast<const uint8_t*>(scalars.data()), scalars.size() * sizeof(float));
     finalizing_.insert(s);
-    link_.send(outputs_.writer_of(s), Tag::finalize, encode(message));
+    link_.send(outputs_.writer_of(s), Tag::finalize, encode(FinalizeShard{int32_t(s), int32_t(scalars.size())}, {scalar_bytes}));
   }
 }
 
@@ -226,13 +285,14 @@ void Coordinator::finish_run() {
   }
   if (!is_finished("config")) {
     crash_point("config");
-    io::write_config(plan_.dst / kConfigFile, output_config(plan_));
+    io::write_config(plan_.dst / kConfigFile, plan_.recipe_plan.config);
+    for (const auto& [file, json] : plan_.recipe_plan.side_files) io::write_json_file(plan_.dst / file, json);
     mark_finished("config");
   }
   if (!is_finished("report")) {
     crash_point("report");
     const double wall = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    io::write_json_file(plan_.dst / kReportFile, build_report(plan_, state_, link_.size(), wall));
+    io::write_json_file(plan_.dst / plan_.report_file(), build_report(plan_, state_, link_.size(), wall));
     mark_finished("report");
   }
   progress_.maybe_print("done", true);
@@ -243,14 +303,14 @@ void Coordinator::finish_run() {
 
 void Coordinator::save(bool force) {
   const auto now = std::chrono::steady_clock::now();
-  // A save rewrites the whole generation (the GPTQ factors stay in their write-once
-  // file): space saves so that they never take more than ~5% of the run.
+  // A save rewrites the whole generation (the blobs stay in their write-once file):
+  // space saves so that they never take more than ~5% of the run.
   const double interval = std::max(kSaveIntervalSeconds, 20.0 * last_save_seconds_);
   if (!force && (!dirty_ || std::chrono::duration<double>(now - last_save_).count() < interval)) return;
   state_.elapsed_seconds = elapsed_before_ + std::chrono::duration<double>(now - start_).count();
   ++state_.generation;
   state_.updated_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  save_checkpoint(checkpoint_path_, state_, factors_digest_);
+  save_checkpoint(checkpoint_path_, state_, blobs_digest_);
   crash_point("save");
   dirty_ = false;
   last_save_ = std::chrono::steady_clock::now();
@@ -270,9 +330,7 @@ void Coordinator::tick() {
     return;
   }
   save(false);
-  bool all_amax = true;
-  for (size_t t = 0; t < plan_.tables.size(); ++t) all_amax = all_amax && amax_complete(t);
-  progress_.maybe_print(all_amax ? "quantize" : "amax");
+  progress_.maybe_print(groups_pending_ == 0 ? "encode" : "reduce");
   finalize_ready_shards();
   const bool all_shards = std::all_of(plan_.shards.begin(), plan_.shards.end(), [&](const ShardPlan& s) {
     return !s.changed || is_finished("shard:" + s.file);

@@ -1,9 +1,10 @@
-// Rank 0's scheduler: hands out (stage, table, chunk) work on demand, records results in
-// the checkpoint, finalizes shards when their chunks are durable, writes index, config
-// and report last, and turns a stop signal into a flushed checkpoint and exit 75.
+// Rank 0's scheduler: hands out (phase, task, chunk) work on demand, records results in
+// the checkpoint, finalizes shards when their chunks are durable, writes index, config,
+// side files and report last, and turns a stop signal into a flushed checkpoint and exit 75.
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -19,13 +20,20 @@
 
 namespace shardq {
 
+// The names of a factor set's two blobs in the checkpoint.
+std::string gram_blob_name(const FactorSet& set);
+std::string factor_blob_name(const FactorSet& set);
+
+// A fresh checkpoint state for the plan: every task's reductions and chunks pending.
+CheckpointState fresh_state(const Plan& plan);
+
 class Coordinator {
  public:
   Coordinator(const Plan& plan, Link& link, const OutputFiles& outputs, CheckpointState state,
               std::filesystem::path checkpoint_path);
 
   void on_request(int rank);
-  void on_amax(const AmaxResult& result);
+  void on_reduce(const ReduceResult& result);
   void on_factor(const Message& message);
   void on_chunk_done(const ChunkResult& result);
   void on_dropped(const WorkItem& item);
@@ -36,13 +44,13 @@ class Coordinator {
   bool interrupting() const { return interrupting_; }
 
  private:
-  bool uses_factors() const { return plan_.job.uses_gptq(); }
-  bool amax_complete(size_t table) const;
-  bool factors_complete(size_t table) const;
-  bool table_complete(size_t table) const;
-  float global_scale(size_t table) const;
+  using ItemKey = std::pair<size_t, uint64_t>; // (task or factor set, chunk or item)
+  bool group_reduced(size_t group) const;
+  float group_value(size_t group) const;
+  bool factors_ready(int set) const;
+  void enqueue_if_ready(size_t task);
   WorkItem next_item(int rank);
-  void send_factors_once(int rank, size_t table);
+  void send_factors_once(int rank, int set);
   void finalize_ready_shards();
   void finish_run();
   void save(bool force);
@@ -55,15 +63,23 @@ class Coordinator {
   CheckpointState state_;
   std::filesystem::path checkpoint_path_;
 
-  std::vector<std::vector<uint8_t>> amax_assigned_, chunk_assigned_, factor_assigned_, factor_done_;
-  std::set<std::pair<int, size_t>> factors_sent_;
-  std::map<size_t, FactorRecord> partial_factors_; // per table, until all columns are in
+  // Work not yet handed out, per phase, in plan order; dropped items go back in front.
+  std::deque<ItemKey> reduce_queue_, factor_queue_, encode_queue_;
+  std::vector<uint8_t> task_enqueued_;   // encode chunks queued (the task's inputs are ready)
+  std::vector<std::vector<size_t>> set_tasks_; // factor set -> the tasks that need it
+  uint64_t chunks_pending_ = 0;          // encode chunks not yet recorded done
+  uint64_t groups_pending_ = 0;          // groups whose reduction is not complete
+  std::vector<uint8_t> group_reduced_;   // cached: every reduction of the group recorded
+  std::vector<uint64_t> group_pending_;  // reductions still missing per group
+  std::map<int, std::pair<std::vector<double>, std::vector<double>>> partial_factors_; // set -> gram, upper
+  std::vector<std::vector<uint8_t>> factor_done_;
+  std::set<std::pair<int, int>> factors_sent_; // (rank, set)
   std::set<size_t> finalizing_;
   int in_flight_ = 0;
   bool interrupting_ = false;
   bool ended_ = false;
   bool dirty_ = false;
-  uint64_t factors_digest_ = 0; // factors_digest(state_.factors), kept as they change
+  uint64_t blobs_digest_ = 0; // blobs_digest(state_.blobs), kept as they change
   std::chrono::steady_clock::time_point last_save_;
   double last_save_seconds_ = 0;
   double elapsed_before_ = 0;

@@ -8,8 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "kernels/mxfp4.h"
 #include "kernels/nvfp4.h"
-#include "pipeline/engram_config.h"
+#include "stages/engram_config.h"
 #include "pipeline/fixture_content.h"
 #include "pipeline/io/atomic_file.h"
 #include "pipeline/io/config.h"
@@ -173,8 +174,7 @@ void FixtureBuilder::add_mxfp4_expert(int shard, const std::string& prefix, uint
         const std::vector<float> w = linear_values(k, out, in);
         std::vector<uint8_t> packed(out * in / 2), scales(out * in / 32);
         for (uint64_t r = 0; r < out; ++r) {
-          fixture::quantize_row_mxfp4(&w[r * in], int(in), E2M1Rounding::nearest_even, true, &packed[r * in / 2],
-                                      &scales[r * in / 32]);
+          fixture::quantize_row_mxfp4_deepseek(&w[r * in], int(in), &packed[r * in / 2], &scales[r * in / 32]);
         }
         writer.write_rows(writer.tensor(prefix + ".weight"), 0, packed);
         writer.write_rows(writer.tensor(prefix + ".scale"), 0, scales);
@@ -326,8 +326,8 @@ void FixtureBuilder::add_engram_table(int shard, int layer) {
               }
               fixture::quantize_row_fp8_e8m0_32(x.data(), cols, fp8_codes.data(), fp8_scales.data());
               dequantize_row_fp8_e8m0_32(fp8_codes.data(), fp8_scales.data(), cols, fp8.data());
-              fixture::quantize_row_mxfp4(fp8.data(), cols, E2M1Rounding::nearest_toward_zero, false,
-                                          &codes[i * code_bytes], &scales[i * scale_bytes]);
+              // NVIDIA's tables are ModelOpt's MXFP4 of the FP8 rows (exact zeros as nibble 8).
+              quantize_row_mxfp4_ref(fp8.data(), cols, &codes[i * code_bytes], &scales[i * scale_bytes]);
             }
           };
           std::vector<std::thread> workers;

@@ -60,19 +60,14 @@ void quantize_fp8_blocks_32x32(std::span<const float> w, uint64_t rows, uint64_t
   }
 }
 
-void quantize_row_mxfp4(const float* x, int cols, E2M1Rounding rounding, bool deepseek_floor, uint8_t* packed,
-                        uint8_t* scales) {
+void quantize_row_mxfp4_deepseek(const float* x, int cols, uint8_t* packed, uint8_t* scales) {
   for (int b = 0; b < cols / 32; ++b) {
     const float* block = x + 32 * b;
-    const float amax = block_amax(block, 32);
-    const uint8_t scale = (amax == 0.0f && !deepseek_floor)
-                              ? uint8_t(0)
-                              : e8m0_ceil_scale(amax, E2M1::max, deepseek_floor ? kDeepSeekAmaxFloor : 0.0f);
+    const uint8_t scale = e8m0_ceil_scale(block_amax(block, 32), E2M1::max, kDeepSeekAmaxFloor);
     scales[b] = scale;
     const float inverse = e8m0_to_float(uint8_t(254 - scale));
     for (int i = 0; i < 32; i += 2) {
-      packed[16 * b + i / 2] = pack_e2m1x2(e2m1_from_float(block[i] * inverse, rounding),
-                                           e2m1_from_float(block[i + 1] * inverse, rounding));
+      packed[16 * b + i / 2] = pack_e2m1x2(e2m1_from_float(block[i] * inverse), e2m1_from_float(block[i + 1] * inverse));
     }
   }
 }

@@ -86,11 +86,10 @@ void quantize_row_fp8_e8m0_32(const float* x, int cols, uint8_t* codes, uint8_t*
 void quantize_fp8_blocks_32x32(std::span<const float> w, uint64_t rows, uint64_t cols, std::vector<uint8_t>& codes,
                                std::vector<uint8_t>& scales);
 
-// One row of MXFP4 (E2M1 packed, low nibble = even column; E8M0 per 32, 2^ceil(log2(amax/6))).
-// An all-zero block gets the 1e-4 floor's scale with deepseek_floor (DeepSeek's experts),
-// else byte 0 (ModelOpt's RCEIL, the Engram MXFP4 of seed 001).
-void quantize_row_mxfp4(const float* x, int cols, E2M1Rounding rounding, bool deepseek_floor, uint8_t* packed,
-                        uint8_t* scales);
+// One row of DeepSeek's MXFP4 experts (E2M1 packed, low nibble = even column, round half
+// to even; E8M0 per 32, 2^ceil(log2(amax/6)), an all-zero block at the 1e-4 floor's scale).
+// NVIDIA's Engram MXFP4 is another rule: kernels/mxfp4.h.
+void quantize_row_mxfp4_deepseek(const float* x, int cols, uint8_t* packed, uint8_t* scales);
 
 // Per-column gains of an Engram wkv slice: literal multipliers whose squares span 65x, so
 // GPTQ's Hessian proxy W_c^T W_c is far from isotropic.

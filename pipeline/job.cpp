@@ -14,7 +14,7 @@ namespace {
 const std::vector<std::string> kKnownKeys = {
     "job.recipe", "job.src", "job.dst",
     "quant.method", "quant.mse_candidates", "quant.mse_alpha_min", "quant.gptq_damp", "quant.gptq_block",
-    "quant.input_scales_from", "quant.keep_mtp", "quant.ignore",
+    "quant.input_scales_from", "quant.keep_mtp", "quant.ignore", "quant.engram_min_cosine",
     "run.rows_per_chunk", "run.backend", "run.write_mode", "run.checkpoint"};
 
 void check_known_keys(const toml::table& root, const std::string& file) {
@@ -81,7 +81,6 @@ void validate(const Job& job) {
   auto fail = [&](const std::string& what) { throw PipelineError(fmt::format("{}: {}", job.source_file, what)); };
   const std::vector<std::string> recipes = {"engram-nvfp4", "nvfp4-1017", "w8a8-int8"};
   if (std::find(recipes.begin(), recipes.end(), job.recipe) == recipes.end()) fail("job.recipe must be one of engram-nvfp4, nvfp4-1017, w8a8-int8, not '" + job.recipe + "'");
-  if (job.recipe != "engram-nvfp4") fail("job.recipe '" + job.recipe + "' is not implemented in this version (only engram-nvfp4)");
   const std::vector<std::string> methods = {"rtn", "mse", "gptq", "gptq-mse"};
   if (std::find(methods.begin(), methods.end(), job.method) == methods.end()) fail("quant.method must be rtn, mse, gptq or gptq-mse, not '" + job.method + "'");
   if (job.src.empty()) fail("job.src is empty (set it or pass --src)");
@@ -89,6 +88,7 @@ void validate(const Job& job) {
   if (job.mse_candidates < 2 || job.mse_candidates > 16) fail("quant.mse_candidates must be in 2..16");
   if (!(job.mse_alpha_min > 0.0 && job.mse_alpha_min < 1.0)) fail("quant.mse_alpha_min must be in (0, 1)");
   if (!(job.gptq_damp >= 0.0)) fail("quant.gptq_damp must be >= 0");
+  if (!(job.engram_min_cosine >= -1.0 && job.engram_min_cosine <= 1.0)) fail("quant.engram_min_cosine must be in [-1, 1]");
   if (job.gptq_block < 16 || job.gptq_block % 16 != 0 || 256 % job.gptq_block != 0) fail("quant.gptq_block must be a multiple of 16 that divides 256");
   if (job.rows_per_chunk < 1) fail("run.rows_per_chunk must be >= 1");
   if (job.backend != "auto" && job.backend != "cpu" && job.backend != "cuda") fail("run.backend must be auto, cpu or cuda");
@@ -108,6 +108,10 @@ std::string Job::canonical() const {
   std::string text = fmt::format("recipe={};method={};rows_per_chunk={}", recipe, method, rows_per_chunk);
   if (uses_mse()) text += fmt::format(";mse_candidates={};mse_alpha_min={:.17g}", mse_candidates, mse_alpha_min);
   if (uses_gptq()) text += fmt::format(";gptq_damp={:.17g};gptq_block={}", gptq_damp, gptq_block);
+  // The recipe keys: a resume with another value must not be accepted. The reference's
+  // headers and imported values enter the fingerprint through the recipe.
+  text += fmt::format(";keep_mtp={};ignore=[{}];input_scales_from={}", keep_mtp, fmt::join(ignore, ","),
+                      input_scales_from.empty() ? std::string() : std::filesystem::weakly_canonical(std::filesystem::absolute(input_scales_from)).string());
   return text;
 }
 
@@ -133,6 +137,7 @@ Job load_job(const std::string& path, const std::vector<std::string>& overrides)
   read_key(root, "quant", "gptq_block", job.gptq_block, path);
   read_key(root, "quant", "input_scales_from", job.input_scales_from, path);
   read_key(root, "quant", "keep_mtp", job.keep_mtp, path);
+  read_key(root, "quant", "engram_min_cosine", job.engram_min_cosine, path);
   read_string_list(root, "quant", "ignore", job.ignore, path);
   read_key(root, "run", "rows_per_chunk", job.rows_per_chunk, path);
   read_key(root, "run", "backend", job.backend, path);

@@ -20,6 +20,7 @@ struct Job {
   int64_t gptq_block = 128;
   std::string input_scales_from;
   bool keep_mtp = true;
+  double engram_min_cosine = 0.99;  // verify: an MXFP4 Engram table's cosine vs its source
   std::vector<std::string> ignore;
   // [run]
   int64_t rows_per_chunk = 1048576;

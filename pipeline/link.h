@@ -21,14 +21,14 @@ namespace shardq {
 enum class Tag : int {
   request = 1,   // worker -> 0: give me work
   assign,        // 0 -> worker: WorkItem
-  amax_result,   // worker -> 0: AmaxResult
+  reduce_result, // worker -> 0: ReduceResult
   factor_result, // worker -> 0: FactorResult + gram + upper
-  chunk_data,    // worker -> owner: ChunkResult + packed + scales
+  chunk_data,    // worker -> owner: ChunkResult + the task's output buffers
   chunk_done,    // writer -> 0: ChunkResult (bytes are durable)
   dropped,       // worker -> 0: WorkItem not done (interrupted)
-  finalize,      // 0 -> owner: FinalizeShard
-  finalized,     // owner -> 0: FinalizeShard
-  factors,       // 0 -> worker: a layer's factors
+  finalize,      // 0 -> owner: FinalizeShard + its group scalars
+  finalized,     // owner -> 0: int32 shard
+  factors,       // 0 -> worker: int32 set + a factor set's Gram and factor matrices
   cancel,        // 0 -> all: drop in-flight work
   stop,          // 0 -> all: int exit code
   interrupt,     // any -> 0: a stop signal arrived here
@@ -53,6 +53,19 @@ std::vector<uint8_t> encode(const Header& header, std::initializer_list<std::spa
     std::memcpy(bytes.data() + at, p.data(), p.size());
     at += p.size();
   }
+  return bytes;
+}
+
+// The same with a list of payloads known only at run time (a task's output buffers).
+template <typename Header>
+std::vector<uint8_t> encode(const Header& header, const std::vector<std::vector<uint8_t>>& payloads) {
+  static_assert(std::is_trivially_copyable_v<Header>);
+  size_t size = sizeof(Header);
+  for (const auto& p : payloads) size += p.size();
+  std::vector<uint8_t> bytes;
+  bytes.reserve(size);
+  bytes.insert(bytes.end(), reinterpret_cast<const uint8_t*>(&header), reinterpret_cast<const uint8_t*>(&header) + sizeof(Header));
+  for (const auto& p : payloads) bytes.insert(bytes.end(), p.begin(), p.end());
   return bytes;
 }
 

@@ -10,7 +10,6 @@
 
 #include "pipeline/pipeline_error.h"
 #include "pipeline/signals.h"
-#include "stages/quantize.h"
 #include "stages/write.h"
 
 namespace shardq {
@@ -20,7 +19,9 @@ constexpr uint64_t kCopyBytes = 64ull << 20;
 
 std::unique_ptr<io::Writer> make_writer(const Plan& plan, size_t shard) {
   const ShardPlan& s = plan.shards[shard];
-  return std::make_unique<io::Writer>(plan.dst / s.file, s.specs, s.metadata);
+  std::vector<io::TensorSpec> specs;
+  for (const auto& entry : s.entries) specs.push_back(entry.spec);
+  return std::make_unique<io::Writer>(plan.dst / s.file, std::move(specs), s.metadata);
 }
 
 } // namespace
@@ -65,10 +66,11 @@ io::Writer& OutputFiles::writer(size_t shard) const {
   return *it->second;
 }
 
-void OutputFiles::write_chunk_bytes(const TablePlan& table, uint64_t first_row, uint64_t rows,
-                                    std::span<const uint8_t> packed, std::span<const uint8_t> scales) {
-  io::Writer& out = writer(table.shard);
-  for (const auto& piece : plan_chunk_writes(packed, scales, first_row, rows, weight_slot(plan_, table), scale_slot(plan_, table))) {
+void OutputFiles::write_chunk_bytes(const Task& task, uint64_t first_row, uint64_t rows,
+                                    const std::vector<std::vector<uint8_t>>& buffers) {
+  io::Writer& out = writer(task.shard);
+  for (size_t o = 0; o < task.outputs.size(); ++o) {
+    const WritePiece piece = plan_rows_write(buffers.at(o), first_row, rows, task_output_slot(plan_, task, o), task.outputs[o].name);
     out.write_bytes(piece.offset, piece.bytes);
   }
 }
@@ -78,33 +80,46 @@ void OutputFiles::sync_all() {
   for (auto& [shard, out] : writers_) out->sync();
 }
 
-void OutputFiles::read_chunk(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<uint8_t> packed,
-                             std::span<uint8_t> scales) const {
-  const auto path = writer(table.shard).partial_path();
-  io::Reader reader(path);
-  reader.read_rows(reader.tensor(table.out_weight), first_row, rows, packed);
-  reader.read_rows(reader.tensor(table.out_scale), first_row, rows, scales);
+void OutputFiles::copy_tensor(io::Writer& out, const io::Reader& source, const ShardEntry& entry,
+                              const io::TensorInfo& to) const {
+  const io::TensorInfo& from = source.tensor(entry.from);
+  if (from.end - from.begin != to.end - to.begin) {
+    throw PipelineError(fmt::format("{}: tensor '{}' has {} bytes, its planned copy '{}' {}", source.path().string(),
+                                    entry.from, from.end - from.begin, entry.spec.name, to.end - to.begin));
+  }
+  std::vector<uint8_t> buffer;
+  for (uint64_t at = 0; at < from.end - from.begin; at += kCopyBytes) {
+    buffer.resize(std::min(kCopyBytes, from.end - from.begin - at));
+    source.read_bytes(from.begin + at, buffer);
+    out.write_bytes(to.begin + at, buffer);
+  }
 }
 
-void OutputFiles::finalize(size_t shard, std::span<const float> global_scales) {
+void OutputFiles::finalize(size_t shard, std::span<const float> group_scalars) {
   const ShardPlan& plan_shard = plan_.shards[shard];
   io::Writer& out = writer(shard);
-  io::Reader source(plan_.src / plan_shard.file);
-  std::vector<uint8_t> buffer;
-  for (const auto& copy : plan_shard.copies) {
-    const io::TensorInfo& from = source.tensor(copy.name);
-    const io::TensorInfo& to = plan_shard.planned(copy.name);
-    for (uint64_t at = 0; at < from.end - from.begin; at += kCopyBytes) {
-      buffer.resize(std::min(kCopyBytes, from.end - from.begin - at));
-      source.read_bytes(from.begin + at, buffer);
-      out.write_bytes(to.begin + at, buffer);
+  const io::Reader source(plan_.src / plan_shard.file);
+  size_t next_scalar = 0;
+  for (size_t e = 0; e < plan_shard.entries.size(); ++e) {
+    const ShardEntry& entry = plan_shard.entries[e];
+    const io::TensorInfo& to = plan_shard.layout[e];
+    switch (entry.source) {
+      case EntrySource::copy: copy_tensor(out, source, entry, to); break;
+      case EntrySource::constant: out.write_bytes(to.begin, entry.bytes); break;
+      case EntrySource::group_scalar: {
+        if (next_scalar >= group_scalars.size()) {
+          throw PipelineError(fmt::format("{}: fewer group scalars received than planned", plan_shard.file));
+        }
+        uint8_t bytes[4];
+        std::memcpy(bytes, &group_scalars[next_scalar++], 4); // F32 little-endian (the only byte order we build for)
+        out.write_bytes(to.begin, bytes);
+        break;
+      }
+      case EntrySource::task_output: break; // written chunk by chunk
     }
   }
-  for (size_t i = 0; i < plan_shard.tables.size(); ++i) {
-    const float global_scale = global_scales[i];
-    uint8_t bytes[4];
-    std::memcpy(bytes, &global_scale, 4); // F32 little-endian (the only byte order we build for)
-    out.write_bytes(plan_shard.planned(plan_.tables[plan_shard.tables[i]].out_global_scale).begin, bytes);
+  if (next_scalar != group_scalars.size()) {
+    throw PipelineError(fmt::format("{}: {} group scalars received, {} planned", plan_shard.file, group_scalars.size(), next_scalar));
   }
   crash_point("finalize");
   out.finish();

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <vector>
 
 #include "pipeline/io/safetensors.h"
 #include "pipeline/plan.h"
@@ -25,19 +26,19 @@ class OutputFiles {
   void create_all(bool resume);
   void open_mine();
 
-  // Chunk bytes at their planned places (pwrite); durable only after sync_all().
-  void write_chunk_bytes(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<const uint8_t> packed,
-                         std::span<const uint8_t> scales);
+  // A task's output buffers of one chunk at their planned places (pwrite); durable only
+  // after sync_all().
+  void write_chunk_bytes(const Task& task, uint64_t first_row, uint64_t rows,
+                         const std::vector<std::vector<uint8_t>>& buffers);
   void sync_all(); // fsync every shard this rank holds open
-  // Reads a finished chunk back (for --verify-done).
-  void read_chunk(const TablePlan& table, uint64_t first_row, uint64_t rows, std::span<uint8_t> packed,
-                  std::span<uint8_t> scales) const;
 
-  // Copies the unchanged tensors, writes each table's weight_scale_2, fsyncs, renames.
-  void finalize(size_t shard, std::span<const float> global_scales);
+  // Copies the unchanged tensors, writes constants and the group scalars (in layout
+  // order), fsyncs, renames.
+  void finalize(size_t shard, std::span<const float> group_scalars);
 
  private:
   io::Writer& writer(size_t shard) const;
+  void copy_tensor(io::Writer& out, const io::Reader& source, const ShardEntry& entry, const io::TensorInfo& to) const;
   const Plan& plan_;
   int rank_;
   bool direct_;

@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <set>
 
-#include "pipeline/engram_config.h"
+#include "kernels/formats.h"
 #include "pipeline/io/config.h"
 #include "pipeline/io/index.h"
-#include "kernels/formats.h"
 #include "pipeline/pipeline_error.h"
 #include "stages/factors.h"
 #include "stages/stage_error.h"
@@ -16,18 +15,9 @@
 namespace shardq {
 namespace {
 
-std::string table_prefix(int layer) { return fmt::format("layers.{}.engram.embed", layer); }
+constexpr const char* kHfQuantConfigFile = "hf_quant_config.json";
 
-void expect_tensor(const io::TensorInfo& info, io::Dtype dtype, const std::vector<uint64_t>& shape,
-                   const std::string& file) {
-  if (info.dtype != dtype || info.shape != shape) {
-    auto dims = [](const std::vector<uint64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); };
-    throw PipelineError(fmt::format("{}: tensor '{}' is {} {} but {} {} was expected", file, info.name,
-                                    io::dtype_name(info.dtype), dims(info.shape), io::dtype_name(dtype), dims(shape)));
-  }
-}
-
-// The source shards named by the index, in file-name order.
+// The shards named by the index, in file-name order.
 std::vector<std::string> shard_files(const nlohmann::ordered_json& index, const std::filesystem::path& index_path) {
   if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
     throw PipelineError(fmt::format("{}: no weight_map object", index_path.string()));
@@ -42,78 +32,99 @@ std::vector<std::string> shard_files(const nlohmann::ordered_json& index, const 
   return {files.begin(), files.end()};
 }
 
-TablePlan plan_table(const Plan& plan, int layer, const io::Reader& reader, size_t shard) {
-  TablePlan table;
-  table.layer = layer;
-  table.source_weight = table_prefix(layer) + ".weight";
-  table.source_scale = table_prefix(layer) + ".scale";
-  table.out_weight = table.source_weight;
-  table.out_scale = table_prefix(layer) + ".weight_scale";
-  table.out_global_scale = table_prefix(layer) + ".weight_scale_2";
-  table.shard = shard;
-  const io::TensorInfo& weight = reader.tensor(table.source_weight);
-  const io::TensorInfo* scale = reader.find(table.source_scale);
-  const std::string file = reader.path().string();
-  if (!scale) throw PipelineError(fmt::format("{}: Engram table '{}' has no '{}' in the same shard", file, table.source_weight, table.source_scale));
-  if (weight.shape.size() != 2) throw PipelineError(fmt::format("{}: tensor '{}' must be 2-D [rows, 256]", file, weight.name));
-  table.rows = weight.shape[0];
-  table.cols = int(weight.shape[1]);
-  const int head_dim = plan.layout->config().head_dim;
-  if (table.cols != head_dim || table.cols % 32 != 0) {
-    throw PipelineError(fmt::format("{}: tensor '{}' has {} values per row; engram_head_dim is {}", file, weight.name, table.cols, head_dim));
-  }
-  expect_tensor(weight, io::Dtype::F8_E4M3, {table.rows, uint64_t(table.cols)}, file);
-  expect_tensor(*scale, io::Dtype::F8_E8M0, {table.rows, uint64_t(table.cols / 32)}, file);
-  try {
-    plan.layout->check(layer, table.rows);
-  } catch (const StageError& e) {
-    throw PipelineError(fmt::format("{}: tensor '{}': {}", file, weight.name, e.what()));
-  }
-  table.rows_per_chunk = uint64_t(plan.job.rows_per_chunk);
-  return table;
+RecipeParams recipe_params(const Job& job) {
+  RecipeParams params;
+  params.method = job.method;
+  params.mse_candidates = int(job.mse_candidates);
+  params.mse_alpha_min = job.mse_alpha_min;
+  params.gptq_damp = job.gptq_damp;
+  params.gptq_block = int(job.gptq_block);
+  params.keep_mtp = job.keep_mtp;
+  params.input_scales_from = job.input_scales_from;
+  params.engram_min_cosine = job.engram_min_cosine;
+  params.ignore = job.ignore;
+  params.rows_per_chunk = uint64_t(job.rows_per_chunk);
+  return params;
 }
 
-// Output layout of a changed shard: source order, the table's two tensors replaced by
-// weight / weight_scale, and weight_scale_2 right after them.
-void plan_changed_shard(Plan& plan, ShardPlan& shard, const io::Reader& reader) {
-  for (const auto& info : reader.tensors()) {
-    const auto table_it = std::find_if(shard.tables.begin(), shard.tables.end(), [&](size_t t) {
-      return plan.tables[t].source_weight == info.name || plan.tables[t].source_scale == info.name;
-    });
-    if (table_it == shard.tables.end()) {
-      shard.specs.push_back({info.name, info.dtype, info.shape});
-      shard.copies.push_back({info.name});
-      continue;
-    }
-    const TablePlan& table = plan.tables[*table_it];
-    if (info.name == table.source_weight) {
-      shard.specs.push_back({table.out_weight, io::Dtype::U8, {table.rows, uint64_t(table.cols / 2)}});
-    } else {
-      shard.specs.push_back({table.out_scale, io::Dtype::F8_E4M3, {table.rows, uint64_t(table.cols / 16)}});
-      shard.specs.push_back({table.out_global_scale, io::Dtype::F32, {}});
-    }
-  }
-  std::string header;
-  shard.layout = io::Writer::plan(shard.specs, &shard.data_offset, &header, shard.metadata);
-}
-
-std::vector<std::pair<std::string, std::string>> make_fingerprint(const Plan& plan,
-                                                                  const std::vector<io::Reader*>& readers) {
+std::string headers_text(const std::filesystem::path& dir, const std::vector<std::string>& files) {
   std::string headers;
-  for (const auto* reader : readers) {
-    headers += fmt::format("{}:{}:{};", reader->path().filename().string(), reader->file_size(), reader->data_offset());
-    for (const auto& t : reader->tensors()) headers += fmt::format("{}:{}:{}-{};", t.name, io::dtype_name(t.dtype), t.begin, t.end);
+  for (const auto& file : files) {
+    const io::Reader reader(dir / file);
+    headers += fmt::format("{}:{}:{};", file, reader.file_size(), reader.data_offset());
+    for (const auto& t : reader.tensors()) headers += fmt::format("{}:{}:{}-{};", t.name, io::dtype_name(t.dtype), t.begin, t.end);
   }
-  return {{"tool_version", SHARDQ_VERSION},
-          {"job", plan.job.canonical()},
-          {"source_headers", headers},
-          {"src", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.src)).string()}};
+  return headers;
+}
+
+std::vector<std::pair<std::string, std::string>> make_fingerprint(const Plan& plan) {
+  std::vector<std::pair<std::string, std::string>> fingerprint = {
+      {"tool_version", SHARDQ_VERSION},
+      {"job", plan.job.canonical()},
+      {"source_headers", headers_text(plan.src, plan.source.shard_files)},
+      {"src", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.src)).string()},
+      // A checkpoint kept elsewhere (--checkpoint) must not resume into another output.
+      {"dst", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.dst)).string()}};
+  for (const auto& field : plan.recipe_plan.fingerprint) fingerprint.push_back(field);
+  return fingerprint;
+}
+
+// Output layout of the changed shards, their writers, and the tasks' shards.
+void plan_shards(Plan& plan, int ranks) {
+  for (auto& [shard, entries] : plan.recipe_plan.shards) {
+    plan.shards[shard].changed = true;
+    plan.shards[shard].entries = entries;
+  }
+  for (size_t t = 0; t < plan.tasks().size(); ++t) {
+    const size_t shard = plan.tasks()[t].shard;
+    if (!plan.shards[shard].changed) {
+      throw PipelineError(fmt::format("task {}: its shard {} has no planned layout", plan.tasks()[t].name, plan.shards[shard].file));
+    }
+    plan.shards[shard].tasks.push_back(t);
+  }
+  int next_owner = 0;
+  for (auto& shard : plan.shards) {
+    if (!shard.changed) continue;
+    shard.owner = next_owner++ % ranks;
+    std::vector<io::TensorSpec> specs;
+    for (const auto& entry : shard.entries) specs.push_back(entry.spec);
+    std::string header;
+    shard.layout = io::Writer::plan(specs, &shard.data_offset, &header, shard.metadata);
+  }
+}
+
+std::vector<std::string> unlisted_files(const Plan& plan) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(plan.src)) {
+    const std::string name = entry.path().filename().string();
+    const bool shard = std::find(plan.source.shard_files.begin(), plan.source.shard_files.end(), name) != plan.source.shard_files.end();
+    const bool rewritten = name == kIndexFile || name == kConfigFile ||
+                           std::any_of(plan.recipe_plan.side_files.begin(), plan.recipe_plan.side_files.end(),
+                                       [&](const auto& side) { return side.first == name; });
+    if (entry.is_regular_file() && !shard && !rewritten) files.push_back(name);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The reference's small tensors, read whole (input scales).
+ReadTensorBytes reference_reader(const CheckpointView& reference) {
+  return [&reference](const std::string& name) {
+    const SourceTensor& tensor = reference.at(name);
+    const io::Reader reader(reference.dir / reference.shard_files[tensor.shard]);
+    const io::TensorInfo& info = reader.tensor(name);
+    std::vector<uint8_t> bytes(info.end - info.begin);
+    reader.read_bytes(info.begin, bytes);
+    return bytes;
+  };
 }
 
 } // namespace
 
-uint64_t TablePlan::chunk_rows(uint64_t chunk) const {
-  return std::min(rows_per_chunk, rows - chunk_first_row(chunk));
+uint64_t Plan::total_rows() const {
+  uint64_t rows = 0;
+  for (const auto& task : tasks()) rows += task.rows;
+  return rows;
 }
 
 const io::TensorInfo& ShardPlan::planned(const std::string& name) const {
@@ -121,178 +132,177 @@ const io::TensorInfo& ShardPlan::planned(const std::string& name) const {
   throw PipelineError(fmt::format("{}: no planned tensor '{}'", file, name));
 }
 
-std::string Plan::wkv_weight(int layer) const { return fmt::format("layers.{}.engram.wkv.weight", layer); }
-std::string Plan::wkv_scale(int layer) const { return fmt::format("layers.{}.engram.wkv.scale", layer); }
-
-size_t Plan::shard_of_tensor(const std::string& name) const {
-  const auto& map = source_index["weight_map"];
-  if (!map.contains(name)) throw PipelineError(fmt::format("{}: tensor '{}' is not in the index", (src / kIndexFile).string(), name));
-  const std::string file = map[name].get<std::string>();
-  for (size_t s = 0; s < shards.size(); ++s) if (shards[s].file == file) return s;
-  throw PipelineError(fmt::format("{}: shard '{}' of tensor '{}' is missing", src.string(), file, name));
+CheckpointView read_checkpoint_view(const std::filesystem::path& dir, nlohmann::ordered_json* index_out) {
+  if (!std::filesystem::is_directory(dir)) throw PipelineError(fmt::format("{}: checkpoint folder not found", dir.string()));
+  const auto index_path = dir / kIndexFile;
+  CheckpointView view;
+  view.dir = dir;
+  const nlohmann::ordered_json index = io::read_json_object(index_path);
+  view.config = io::read_config(dir / kConfigFile);
+  if (std::filesystem::exists(dir / kHfQuantConfigFile)) view.hf_quant_config = io::read_json_object(dir / kHfQuantConfigFile);
+  view.shard_files = shard_files(index, index_path);
+  for (size_t s = 0; s < view.shard_files.size(); ++s) {
+    if (!std::filesystem::exists(dir / view.shard_files[s])) {
+      throw PipelineError(fmt::format("{}: shard '{}' named by the index is missing", index_path.string(), view.shard_files[s]));
+    }
+    const io::Reader reader(dir / view.shard_files[s]);
+    for (const auto& t : reader.tensors()) view.tensors.push_back({{t.name, t.dtype, t.shape}, s});
+  }
+  view.index();
+  if (index_out) *index_out = index;
+  return view;
 }
 
 Plan make_plan(const Job& job, int ranks) {
   Plan plan;
   plan.job = job;
+  plan.params = recipe_params(job);
   plan.src = job.src;
   plan.dst = job.dst;
-  const auto index_path = plan.src / kIndexFile;
-  const auto config_path = plan.src / kConfigFile;
-  if (!std::filesystem::is_directory(plan.src)) throw PipelineError(fmt::format("{}: source folder not found", plan.src.string()));
-  plan.source_index = io::read_json_object(index_path);
-  plan.source_config = io::read_config(config_path);
-  const auto& text_config = plan.source_config.contains("text_config") ? plan.source_config["text_config"] : plan.source_config;
   try {
-    plan.layout = std::make_unique<EngramLayout>(engram_config_from_json(text_config));
-  } catch (const std::exception& e) {
-    throw PipelineError(fmt::format("{}: {}", config_path.string(), e.what()));
+    plan.recipe = make_recipe(job.recipe);
+    plan.source = read_checkpoint_view(plan.src, &plan.source_index);
+    std::optional<CheckpointView> reference;
+    if (!job.input_scales_from.empty()) reference = read_checkpoint_view(job.input_scales_from);
+    RecipeInputs inputs{plan.params, plan.source, reference ? &*reference : nullptr,
+                        reference ? reference_reader(*reference) : ReadTensorBytes{}};
+    plan.recipe_plan = plan.recipe->plan(inputs);
+  } catch (const StageError& e) {
+    throw PipelineError(e.what());
   }
-
-  std::vector<std::unique_ptr<io::Reader>> readers;
-  for (const auto& file : shard_files(plan.source_index, index_path)) {
-    if (!std::filesystem::exists(plan.src / file)) {
-      throw PipelineError(fmt::format("{}: shard '{}' named by the index is missing", index_path.string(), file));
-    }
-    readers.push_back(std::make_unique<io::Reader>(plan.src / file));
+  for (size_t s = 0; s < plan.source.shard_files.size(); ++s) {
     ShardPlan shard;
-    shard.file = file;
-    shard.metadata = readers.back()->metadata();
+    shard.file = plan.source.shard_files[s];
+    shard.metadata = io::Reader(plan.src / shard.file).metadata();
     plan.shards.push_back(std::move(shard));
   }
-  for (int layer : plan.layout->config().layer_ids) {
-    const std::string weight = table_prefix(layer) + ".weight";
-    const size_t s = plan.shard_of_tensor(weight);
-    plan.shards[s].changed = true;
-    plan.shards[s].tables.push_back(plan.tables.size());
-    plan.tables.push_back(plan_table(plan, layer, *readers[s], s));
-  }
-  int next_owner = 0;
-  for (size_t s = 0; s < plan.shards.size(); ++s) {
-    if (!plan.shards[s].changed) continue;
-    plan.shards[s].owner = next_owner++ % ranks;
-    plan_changed_shard(plan, plan.shards[s], *readers[s]);
-  }
-  for (const auto& entry : std::filesystem::directory_iterator(plan.src)) {
-    const std::string name = entry.path().filename().string();
-    const bool shard = std::any_of(plan.shards.begin(), plan.shards.end(), [&](const ShardPlan& p) { return p.file == name; });
-    if (entry.is_regular_file() && !shard && name != kIndexFile && name != kConfigFile) plan.other_files.push_back(name);
-  }
-  std::sort(plan.other_files.begin(), plan.other_files.end());
-  std::vector<io::Reader*> raw;
-  for (auto& r : readers) raw.push_back(r.get());
-  plan.fingerprint = make_fingerprint(plan, raw);
+  plan_shards(plan, ranks);
+  plan.group_tasks.resize(plan.recipe_plan.groups);
+  for (size_t t = 0; t < plan.tasks().size(); ++t) plan.group_tasks.at(plan.tasks()[t].group).push_back(t);
+  plan.other_files = unlisted_files(plan);
+  plan.fingerprint = make_fingerprint(plan);
   return plan;
 }
 
 namespace {
 
-struct WkvFp8 {
+struct Fp8Linear {
   std::vector<uint8_t> codes, scales;
   uint64_t out_rows = 0, in_cols = 0;
 };
 
-WkvFp8 read_wkv_fp8(const Plan& plan, int layer) {
-  const std::string weight_name = plan.wkv_weight(layer), scale_name = plan.wkv_scale(layer);
-  const io::Reader weights(plan.src / plan.shards[plan.shard_of_tensor(weight_name)].file);
-  const io::Reader scales(plan.src / plan.shards[plan.shard_of_tensor(scale_name)].file);
-  const io::TensorInfo& weight = weights.tensor(weight_name);
-  const io::TensorInfo& scale = scales.tensor(scale_name);
-  const uint64_t in_cols = uint64_t(plan.layout->columns()) * uint64_t(plan.layout->config().head_dim);
+const io::TensorInfo& expect_fp8(const io::Reader& reader, const std::string& name, io::Dtype dtype,
+                                 const std::vector<uint64_t>& shape) {
+  const io::TensorInfo& info = reader.tensor(name);
+  if (info.dtype != dtype || info.shape != shape) {
+    throw PipelineError(fmt::format("{}: tensor '{}' is {} {} but {} {} was expected", reader.path().string(), name,
+                                    io::dtype_name(info.dtype), shape_text(info.shape), io::dtype_name(dtype),
+                                    shape_text(shape)));
+  }
+  return info;
+}
+
+Fp8Linear read_fp8_linear(const Plan& plan, const FactorSet& set) {
+  const SourceTensor* weight_tensor = plan.source.find(set.weight);
+  const SourceTensor* scale_tensor = plan.source.find(set.scale);
+  if (!weight_tensor || !scale_tensor) {
+    throw PipelineError(fmt::format("{}: no tensor '{}' in any shard (needed for the GPTQ factors)", plan.src.string(),
+                                    weight_tensor ? set.scale : set.weight));
+  }
+  const io::Reader weights(plan.src / plan.shards[weight_tensor->shard].file);
+  const io::Reader scales(plan.src / plan.shards[scale_tensor->shard].file);
+  const uint64_t in_cols = uint64_t(set.items) * uint64_t(set.dim);
+  const io::TensorInfo& weight = weights.tensor(set.weight);
   if (weight.shape.size() != 2 || weight.shape[1] != in_cols) {
-    throw PipelineError(fmt::format("{}: tensor '{}' must be F8_E4M3 [*, {}] (24 hash columns x 256)",
-                                    weights.path().string(), weight_name, in_cols));
+    throw PipelineError(fmt::format("{}: tensor '{}' must be F8_E4M3 [*, {}] ({} hash columns x {})",
+                                    weights.path().string(), set.weight, in_cols, set.items, set.dim));
   }
-  WkvFp8 wkv;
-  wkv.in_cols = in_cols;
-  const uint64_t out_rows = wkv.out_rows = weight.shape[0];
-  expect_tensor(weight, io::Dtype::F8_E4M3, {out_rows, in_cols}, weights.path().string());
-  expect_tensor(scale, io::Dtype::F8_E8M0, {(out_rows + 31) / 32, (in_cols + 31) / 32}, scales.path().string());
-  std::vector<uint8_t>& codes = wkv.codes;
-  std::vector<uint8_t>& scale_bytes = wkv.scales;
-  codes.resize(weight.end - weight.begin);
-  scale_bytes.resize(scale.end - scale.begin);
-  weights.read_bytes(weight.begin, codes);
-  scales.read_bytes(scale.begin, scale_bytes);
-  for (size_t i = 0; i < codes.size(); ++i) {
-    if (E4M3::is_nan(codes[i])) {
+  Fp8Linear linear;
+  linear.in_cols = in_cols;
+  linear.out_rows = weight.shape[0];
+  expect_fp8(weights, set.weight, io::Dtype::F8_E4M3, {linear.out_rows, in_cols});
+  const io::TensorInfo& scale =
+      expect_fp8(scales, set.scale, io::Dtype::F8_E8M0, {(linear.out_rows + 31) / 32, (in_cols + 31) / 32});
+  linear.codes.resize(weight.end - weight.begin);
+  linear.scales.resize(scale.end - scale.begin);
+  weights.read_bytes(weight.begin, linear.codes);
+  scales.read_bytes(scale.begin, linear.scales);
+  for (size_t i = 0; i < linear.codes.size(); ++i) {
+    if (E4M3::is_nan(linear.codes[i])) {
       throw PipelineError(fmt::format("{}: tensor '{}' row {} column {}: E4M3 code 0x{:02X} is NaN",
-                                      weights.path().string(), weight_name, i / in_cols, i % in_cols, codes[i]));
+                                      weights.path().string(), set.weight, i / in_cols, i % in_cols, linear.codes[i]));
     }
   }
-  for (size_t i = 0; i < scale_bytes.size(); ++i) {
-    if (scale_bytes[i] == E8M0::nan_code) {
+  for (size_t i = 0; i < linear.scales.size(); ++i) {
+    if (linear.scales[i] == E8M0::nan_code) {
       throw PipelineError(fmt::format("{}: tensor '{}' block {}: E8M0 scale is NaN (0xFF)", scales.path().string(),
-                                      scale_name, i));
+                                      set.scale, i));
     }
   }
-  return wkv;
+  return linear;
 }
 
 } // namespace
 
-std::vector<float> read_dequantized_wkv(const Plan& plan, int layer) {
-  const WkvFp8 wkv = read_wkv_fp8(plan, layer);
-  return dequantize_wkv_fp8(wkv.codes.data(), wkv.scales.data(), int(wkv.out_rows), int(wkv.in_cols));
+std::vector<float> read_factor_source(const Plan& plan, const FactorSet& set) {
+  const Fp8Linear linear = read_fp8_linear(plan, set);
+  return dequantize_wkv_fp8(linear.codes.data(), linear.scales.data(), int(linear.out_rows), int(linear.in_cols));
 }
 
-void check_wkv(const Plan& plan, int layer) { read_wkv_fp8(plan, layer); }
+void check_factor_source(const Plan& plan, const FactorSet& set) { read_fp8_linear(plan, set); }
 
-OutputSlot weight_slot(const Plan& plan, const TablePlan& table) {
-  const ShardPlan& shard = plan.shards[table.shard];
-  const auto& info = shard.planned(table.out_weight);
-  return {info.begin, uint64_t(table.cols / 2), table.rows};
-}
-
-OutputSlot scale_slot(const Plan& plan, const TablePlan& table) {
-  const ShardPlan& shard = plan.shards[table.shard];
-  const auto& info = shard.planned(table.out_scale);
-  return {info.begin, uint64_t(table.cols / 16), table.rows};
+OutputSlot task_output_slot(const Plan& plan, const Task& task, size_t output) {
+  const auto& spec = task.outputs[output];
+  const auto& info = plan.shards[task.shard].planned(spec.name);
+  return {info.begin, tensor_row_bytes(spec), task.rows};
 }
 
 nlohmann::ordered_json output_index(const Plan& plan) {
   nlohmann::ordered_json index = plan.source_index;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   uint64_t total = 0;
+  // Source order of the index, each tensor of a changed shard replaced by what the plan
+  // puts in its place: a copy stands where its source stood, output i of a task where the
+  // task's input i stood, scalars and constants after the entry before them.
+  std::set<std::string> mapped;
+  const auto add = [&](const std::string& name, const std::string& file) {
+    if (mapped.insert(name).second) weight_map[name] = file;
+  };
+  std::map<std::string, std::vector<std::string>> placed; // source tensor -> output tensors
   for (const auto& shard : plan.shards) {
-    if (shard.changed) {
-      for (const auto& info : shard.layout) total += info.end - info.begin;
+    if (!shard.changed) continue;
+    for (const auto& info : shard.layout) total += info.end - info.begin;
+    std::string last_source;
+    for (const auto& entry : shard.entries) {
+      std::string from = entry.source == EntrySource::copy ? entry.from
+                       : entry.source == EntrySource::task_output ? plan.tasks()[entry.task].inputs[std::min(entry.output, plan.tasks()[entry.task].inputs.size() - 1)]
+                       : last_source;
+      if (from.empty()) from = entry.spec.name;
+      placed[from].push_back(entry.spec.name);
+      last_source = from;
     }
   }
-  // Unchanged shards keep their tensors: count them from the source index and headers.
   for (const auto& entry : plan.source_index["weight_map"].items()) {
     const std::string& name = entry.key();
-    const auto& file = entry.value();
-    const bool renamed = std::any_of(plan.tables.begin(), plan.tables.end(), [&](const TablePlan& t) {
-      return t.source_weight == name || t.source_scale == name;
-    });
-    if (!renamed) weight_map[name] = file;
-    for (const auto& t : plan.tables) {
-      if (t.source_weight == name) weight_map[t.out_weight] = file;
-      if (t.source_scale == name) {
-        weight_map[t.out_scale] = file;
-        weight_map[t.out_global_scale] = file;
-      }
+    const std::string file = entry.value().get<std::string>();
+    const SourceTensor* tensor = plan.source.find(name);
+    if (tensor && plan.shards[tensor->shard].changed) {
+      for (const auto& out : placed[name]) add(out, file);
+    } else {
+      add(name, file);
     }
   }
   for (const auto& shard : plan.shards) {
-    if (shard.changed) continue;
-    io::Reader reader(plan.src / shard.file);
-    for (const auto& info : reader.tensors()) total += info.end - info.begin;
+    if (!shard.changed) {
+      const io::Reader reader(plan.src / shard.file);
+      for (const auto& info : reader.tensors()) total += info.end - info.begin;
+      continue;
+    }
+    for (const auto& entry : shard.entries) add(entry.spec.name, shard.file);
   }
   index["metadata"]["total_size"] = total;
   index["weight_map"] = weight_map;
   return index;
-}
-
-nlohmann::ordered_json output_config(const Plan& plan) {
-  nlohmann::ordered_json config = plan.source_config;
-  auto& text_config = config.contains("text_config") ? config["text_config"] : config;
-  text_config["engram_embed_quant"] = "nvfp4";
-  text_config["engram_embed_block_size"] = 16;
-  text_config["engram_embed_scale_dtype"] = "e4m3";
-  text_config["engram_embed_layers"] = plan.layout->config().layer_ids;
-  return config;
 }
 
 } // namespace shardq

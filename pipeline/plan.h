@@ -1,5 +1,6 @@
-// The plan of an engram-nvfp4 job, computed up front and identically on every rank from
-// the job and the source headers: which tensors change, the chunks, the output layout.
+// The plan of a job, computed up front and identically on every rank from the job, the
+// recipe and the source (and reference) headers: the recipe's tasks, the output layout of
+// every changed shard, the files linked unchanged. The engine runs any recipe's plan.
 #pragma once
 
 #include <cstdint>
@@ -13,42 +14,21 @@
 
 #include "pipeline/io/safetensors.h"
 #include "pipeline/job.h"
-#include "stages/engram_layout.h"
+#include "stages/recipes/recipe.h"
 #include "stages/write.h"
 
 namespace shardq {
 
 inline constexpr const char* kIndexFile = "model.safetensors.index.json";
 inline constexpr const char* kConfigFile = "config.json";
-inline constexpr const char* kReportFile = "engram-nvfp4.json";
-
-// One Engram table: its source tensors and its three output tensors.
-struct TablePlan {
-  int layer = 0;
-  std::string source_weight, source_scale;              // ...embed.weight / ...embed.scale
-  std::string out_weight, out_scale, out_global_scale;  // weight U8, weight_scale E4M3, weight_scale_2 F32
-  size_t shard = 0;                                     // index into Plan::shards
-  uint64_t rows = 0;
-  int cols = 0;
-  uint64_t rows_per_chunk = 0;
-  uint64_t chunks() const { return (rows + rows_per_chunk - 1) / rows_per_chunk; }
-  uint64_t chunk_first_row(uint64_t chunk) const { return chunk * rows_per_chunk; }
-  uint64_t chunk_rows(uint64_t chunk) const;
-};
-
-// A tensor copied byte for byte into a changed shard.
-struct CopyPlan {
-  std::string name;
-};
 
 struct ShardPlan {
-  std::string file;          // same name in src and dst
-  bool changed = false;      // holds an Engram table; otherwise hard-linked
-  int owner = 0;             // rank that writes it (write_mode owner)
-  std::vector<io::TensorSpec> specs;  // output layout, in source order
-  std::vector<CopyPlan> copies;       // unchanged tensors of a changed shard
-  std::vector<size_t> tables;         // tables it holds
-  std::vector<io::TensorInfo> layout; // planned offsets (Writer::plan)
+  std::string file;                   // same name in src and dst
+  bool changed = false;               // the recipe rewrites it; otherwise hard-linked
+  int owner = 0;                      // rank that writes it (write_mode owner)
+  std::vector<ShardEntry> entries;    // output tensors in order, and where each comes from
+  std::vector<size_t> tasks;          // tasks writing rows into it
+  std::vector<io::TensorInfo> layout; // planned offsets, parallel to entries
   uint64_t data_offset = 0;
   std::map<std::string, std::string> metadata; // the source shard's __metadata__
   const io::TensorInfo& planned(const std::string& name) const;
@@ -56,35 +36,41 @@ struct ShardPlan {
 
 struct Plan {
   Job job;
+  RecipeParams params;
+  std::shared_ptr<const Recipe> recipe;
+  RecipePlan recipe_plan;
   std::filesystem::path src, dst;
+  CheckpointView source;
+  nlohmann::ordered_json source_index;
   std::vector<ShardPlan> shards;
-  std::vector<TablePlan> tables;
   std::vector<std::string> other_files; // linked untouched (tokenizer, LICENSE, ...)
-  std::unique_ptr<EngramLayout> layout;
-  nlohmann::ordered_json source_index, source_config;
+  std::vector<std::vector<size_t>> group_tasks; // scale group -> its tasks
   std::vector<std::pair<std::string, std::string>> fingerprint;
-  std::string wkv_weight(int layer) const;
-  std::string wkv_scale(int layer) const;
-  size_t shard_of_tensor(const std::string& name) const; // source shard index holding it
+
+  const std::vector<Task>& tasks() const { return recipe_plan.tasks; }
+  const std::vector<FactorSet>& factor_sets() const { return recipe_plan.factor_sets; }
+  std::string report_file() const { return recipe->report_file(); }
+  uint64_t total_rows() const;
 };
 
-// Reads index, config and every shard header of src; refuses (PipelineError) anything
-// that does not fit: missing tables, wrong dtypes or shapes, a row count that differs
-// from the config's prime layout. No work is done before this passes.
+// Reads index, config and every shard header of src (and of the reference when the job
+// names one), then asks the job's recipe for its plan; refuses (PipelineError) anything
+// that does not fit. No work is done before this passes.
 Plan make_plan(const Job& job, int ranks);
 
-// The layer's wkv weight dequantized exactly (FP8 with 32x32 E8M0 blocks), row-major
-// [out, columns * 256]; refuses a missing wkv, the wrong shape or NaN codes, naming it.
-std::vector<float> read_dequantized_wkv(const Plan& plan, int layer);
-// The same checks without the dequantization (before any work: refuse a bad wkv early).
-void check_wkv(const Plan& plan, int layer);
+// The headers of a checkpoint folder (index, config, hf_quant_config.json, shards).
+CheckpointView read_checkpoint_view(const std::filesystem::path& dir, nlohmann::ordered_json* index = nullptr);
 
-// Output slots (file offsets) of a table in its planned output shard.
-OutputSlot weight_slot(const Plan& plan, const TablePlan& table);
-OutputSlot scale_slot(const Plan& plan, const TablePlan& table);
+// A factor set's FP8 linear dequantized exactly (32x32 E8M0 blocks), row-major
+// [out, in]; refuses a missing tensor, the wrong shape or NaN codes, naming it.
+std::vector<float> read_factor_source(const Plan& plan, const FactorSet& set);
+// The same checks without the dequantization (before any work: refuse a bad one early).
+void check_factor_source(const Plan& plan, const FactorSet& set);
 
-// The output index and config.json.
+// Where output `output` of a task lies in its planned output shard.
+OutputSlot task_output_slot(const Plan& plan, const Task& task, size_t output);
+
+// The output index.
 nlohmann::ordered_json output_index(const Plan& plan);
-nlohmann::ordered_json output_config(const Plan& plan);
 
 } // namespace shardq

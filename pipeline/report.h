@@ -1,13 +1,17 @@
-// The run report (DESIGN.md "Reports"): method, parameters and per-table figures summed
-// from the checkpoint's chunk records in chunk order.
+// The run report (docs/design.md "Reports"): the recipe's section, built from every task's
+// chunk records summed in chunk order, between the product and the run figures.
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/plan.h"
 
 namespace shardq {
+
+// Every task's figures: its chunks' stats merged in chunk order, its group's reduction.
+std::vector<TaskTotals> task_totals(const Plan& plan, const CheckpointState& state);
 
 nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& state, int ranks, double wall_seconds);
 

@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -14,10 +16,11 @@
 #include "pipeline/output_files.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/plan.h"
+#include "pipeline/run_lock.h"
 #include "pipeline/signals.h"
 #include "pipeline/worker.h"
 #include "stages/factors.h"
-#include "stages/pack.h"
+#include "stages/codec.h"
 
 namespace shardq {
 namespace {
@@ -50,21 +53,6 @@ Job job_from_args(const RunArgs& args) {
   return load_job(args.job_file, overrides);
 }
 
-CheckpointState fresh_state(const Plan& plan) {
-  CheckpointState state;
-  state.fingerprint = plan.fingerprint;
-  for (const auto& table : plan.tables) {
-    TableRecord record;
-    record.tensor = table.source_weight;
-    record.rows = table.rows;
-    record.rows_per_chunk = table.rows_per_chunk;
-    record.amax_chunks.resize(table.chunks());
-    record.chunks.resize(table.chunks());
-    state.tables.push_back(std::move(record));
-  }
-  return state;
-}
-
 void link_file(const std::filesystem::path& from, const std::filesystem::path& to) {
   if (std::filesystem::exists(std::filesystem::symlink_status(to))) return;
   std::error_code error;
@@ -83,7 +71,7 @@ bool output_complete(const Plan& plan, const std::optional<LoadResult>& loaded) 
   if (!std::filesystem::exists(plan.dst / kIndexFile)) return false;
   // Without a checkpoint, the report (written last) tells a finished output from one
   // killed while writing index, config and report.
-  if (!loaded) return std::filesystem::exists(plan.dst / kReportFile);
+  if (!loaded) return std::filesystem::exists(plan.dst / plan.report_file());
   const auto& finished = loaded->state.finished;
   return std::find(finished.begin(), finished.end(), "report") != finished.end();
 }
@@ -94,36 +82,44 @@ void remove_outputs(const Plan& plan) {
     std::filesystem::remove(plan.dst / shard.file);
     std::filesystem::remove(plan.dst / (shard.file + ".partial"));
   }
-  for (const char* file : {kIndexFile, kConfigFile, kReportFile}) std::filesystem::remove(plan.dst / file);
+  for (const std::string& file : {std::string(kIndexFile), std::string(kConfigFile), plan.report_file()}) {
+    std::filesystem::remove(plan.dst / file);
+  }
+  for (const auto& side : plan.recipe_plan.side_files) std::filesystem::remove(plan.dst / side.first);
+}
+
+// A done chunk whose bytes no longer match its checksum is recomputed: its record and
+// everything finished after it (its shard's rename, index, config, report) are undone.
+void forget_damaged_chunk(const Plan& plan, const Task& task, ChunkRecord& record, CheckpointState& state) {
+  record = ChunkRecord{};
+  const std::string shard_step = "shard:" + plan.shards[task.shard].file;
+  std::erase_if(state.finished, [&](const std::string& s) {
+    return s == shard_step || s == "index" || s == "config" || s == "report";
+  });
 }
 
 // --verify-done: re-read every chunk recorded done and compare its checksum.
 void verify_done_chunks(const Plan& plan, CheckpointState& state) {
-  for (size_t t = 0; t < plan.tables.size(); ++t) {
-    const TablePlan& table = plan.tables[t];
-    const auto final_path = plan.dst / plan.shards[table.shard].file;
+  for (size_t t = 0; t < plan.tasks().size(); ++t) {
+    const Task& task = plan.tasks()[t];
+    const auto final_path = plan.dst / plan.shards[task.shard].file;
     const auto path = std::filesystem::exists(final_path) ? final_path : std::filesystem::path(final_path.string() + ".partial");
     if (!std::filesystem::exists(path)) continue;
     io::Reader reader(path);
-    std::vector<uint8_t> packed, scales;
+    std::vector<std::vector<uint8_t>> buffers(task.outputs.size());
     bool damaged = false;
-    for (uint64_t c = 0; c < table.chunks(); ++c) {
-      auto& record = state.tables[t].chunks[c];
+    for (uint64_t c = 0; c < task.chunks(); ++c) {
+      auto& record = state.tasks[t].chunks[c];
       if (record.state != kChunkDone) continue;
-      const uint64_t first = table.chunk_first_row(c), rows = table.chunk_rows(c);
-      packed.resize(rows * uint64_t(table.cols / 2));
-      scales.resize(rows * uint64_t(table.cols / 16));
-      reader.read_rows(reader.tensor(table.out_weight), first, rows, packed);
-      reader.read_rows(reader.tensor(table.out_scale), first, rows, scales);
-      if (chunk_checksum(packed, scales) != record.checksum) {
-        spdlog::warn("{}: chunk {} (rows {}..{}) does not match its checksum: recomputing it", table.out_weight, c,
-                     first, first + rows);
-        record = ChunkRecord{};
-        state.finished.erase(std::remove(state.finished.begin(), state.finished.end(), "shard:" + plan.shards[table.shard].file),
-                             state.finished.end());
-        state.finished.erase(std::remove_if(state.finished.begin(), state.finished.end(),
-                                            [](const std::string& s) { return s == "index" || s == "config" || s == "report"; }),
-                             state.finished.end());
+      const uint64_t first = task.chunk_first_row(c), rows = task.chunk_rows(c);
+      for (size_t o = 0; o < task.outputs.size(); ++o) {
+        buffers[o].resize(rows * tensor_row_bytes(task.outputs[o]));
+        reader.read_rows(reader.tensor(task.outputs[o].name), first, rows, buffers[o]);
+      }
+      if (chunk_checksum(buffers) != record.checksum) {
+        spdlog::warn("{}: chunk {} (rows {}..{}) does not match its checksum: recomputing it", task.name, c, first,
+                     first + rows);
+        forget_damaged_chunk(plan, task, record, state);
         damaged = true;
       }
     }
@@ -163,8 +159,10 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
     state = std::move(loaded->state);
     spdlog::info("resuming from {} (generation {})", checkpoint_path.string(), state.generation);
   }
-  if (plan.job.uses_gptq() && state.factors.size() < plan.tables.size()) {
-    for (const auto& table : plan.tables) check_wkv(plan, table.layer); // refuse a bad wkv before any work
+  for (const auto& set : plan.factor_sets()) {
+    const bool stored = std::any_of(state.blobs.begin(), state.blobs.end(),
+                                    [&](const Blob& b) { return b.name == factor_blob_name(set); });
+    if (!stored) check_factor_source(plan, set); // refuse a bad linear before any work
   }
   link_unchanged(plan);
   // Resuming (from either generation) keeps the .partial files; a fresh start rewrites them.
@@ -193,7 +191,7 @@ struct RankLoop {
         else worker.push(item);
         break;
       }
-      case Tag::amax_result: coordinator->on_amax(decode<AmaxResult>(m.bytes)); break;
+      case Tag::reduce_result: coordinator->on_reduce(decode<ReduceResult>(m.bytes)); break;
       case Tag::factor_result: coordinator->on_factor(m); break;
       case Tag::chunk_done: coordinator->on_chunk_done(decode<ChunkResult>(m.bytes)); break;
       case Tag::dropped: coordinator->on_dropped(decode<WorkItem>(m.bytes)); break;
@@ -209,32 +207,32 @@ struct RankLoop {
 
   void write_received_chunk(const Message& m) {
     const auto result = decode<ChunkResult>(m.bytes);
-    const TablePlan& table = plan.tables[size_t(result.table)];
-    const uint64_t rows = table.chunk_rows(uint64_t(result.chunk));
-    const auto body = payload(m.bytes, sizeof(ChunkResult));
-    const size_t packed_bytes = rows * uint64_t(table.cols / 2);
-    worker.write_received(result, body.first(packed_bytes), body.subspan(packed_bytes)); // chunk_done once durable
+    worker.write_received(result, payload(m.bytes, sizeof(ChunkResult))); // chunk_done once durable
   }
 
   void finalize_shard(const Message& m) {
     const auto message = decode<FinalizeShard>(m.bytes);
-    outputs.finalize(size_t(message.shard), std::span<const float>(message.global_scales, size_t(message.tables)));
+    const auto body = payload(m.bytes, sizeof(FinalizeShard));
+    std::vector<float> scalars(size_t(message.scalars));
+    std::memcpy(scalars.data(), body.data(), std::min(body.size(), scalars.size() * sizeof(float)));
+    outputs.finalize(size_t(message.shard), scalars);
     link.send(0, Tag::finalized, encode(message.shard));
   }
 
   void install_factors(const Message& m) {
-    const auto table = decode<int32_t>(m.bytes);
+    const auto set_index = decode<int32_t>(m.bytes);
+    const FactorSet& set = plan.factor_sets()[size_t(set_index)];
     const auto body = payload(m.bytes, sizeof(int32_t));
-    const size_t matrix = 256 * 256, columns = size_t(plan.layout->columns());
+    const size_t matrix = size_t(set.dim) * size_t(set.dim), items = size_t(set.items);
     const double* gram = reinterpret_cast<const double*>(body.data());
-    const double* upper = gram + columns * matrix;
+    const double* upper = gram + items * matrix;
     auto factors = std::make_shared<LayerFactors>();
-    factors->layer = plan.tables[size_t(table)].layer;
-    for (size_t c = 0; c < columns; ++c) {
-      factors->roots.push_back(gram_root(gram + c * matrix, factors->layer, int(c)));
+    factors->layer = set.layer;
+    for (size_t c = 0; c < items; ++c) {
+      factors->roots.push_back(gram_root(gram + c * matrix, set.layer, int(c)));
       factors->upper.push_back(gptq_factor_fp32(upper + c * matrix));
     }
-    worker.install_factors(size_t(table), std::move(factors));
+    worker.install_factors(set_index, std::move(factors));
   }
 
   int run() {
@@ -274,7 +272,6 @@ struct RankLoop {
 } // namespace
 
 int run_job(const RunArgs& args) {
-  install_stop_signals();
   Link link;
   spdlog::set_pattern(fmt::format("[%H:%M:%S.%e] [rank {}] [%l] %v", link.rank()));
   if (const char* level = std::getenv("SHARDQ_LOG")) spdlog::set_level(spdlog::level::from_str(level));
@@ -284,12 +281,15 @@ int run_job(const RunArgs& args) {
   const std::filesystem::path checkpoint_path = job.checkpoint_path();
   OutputFiles outputs(plan, link.rank(), job.write_mode == "direct");
 
+  std::optional<RunLock> lock; // rank 0: one run per dst and checkpoint, until run_job returns
   std::optional<CheckpointState> state;
   enum Setup : int { kSetupReady, kSetupFailed, kSetupComplete };
   int setup = kSetupReady;
   std::string setup_error;
   if (link.rank() == 0) {
     try {
+      check_dst_apart_from_src(job.src, job.dst);
+      lock.emplace(job.dst, checkpoint_path);
       state = prepare_rank0(plan, args, checkpoint_path, outputs);
       if (!state) setup = kSetupComplete;
     } catch (const std::exception& e) {
@@ -304,8 +304,8 @@ int run_job(const RunArgs& args) {
     return kExitError;
   }
   outputs.open_mine();
-  spdlog::info("{} ranks, method {}, {} tables, {} rows per chunk, write mode {}", link.size(), job.method,
-               plan.tables.size(), job.rows_per_chunk, job.write_mode);
+  spdlog::info("{}: {} ranks, method {}, {} tasks, {} rows per chunk, write mode {}", job.recipe, link.size(), job.method,
+               plan.tasks().size(), job.rows_per_chunk, job.write_mode);
 
   Worker worker(plan, outputs, link.rank());
   std::unique_ptr<Coordinator> coordinator;

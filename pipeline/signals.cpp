@@ -1,6 +1,7 @@
 #include "pipeline/signals.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,10 +20,32 @@ namespace {
 volatile sig_atomic_t g_stop_signal = 0;
 volatile sig_atomic_t g_signal_count = 0;
 
+// Read by the signal handler on any thread: fixed buffers, counted only once filled.
+struct FastExitFile {
+  char path[4096];
+  dev_t device;
+  ino_t inode;
+};
+FastExitFile g_fast_exit_files[kFastExitFiles];
+std::atomic<int> g_fast_exit_count{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void remove_fast_exit_files() { // async-signal-safe: stat and unlink only
+  const int count = g_fast_exit_count;
+  for (int i = 0; i < count; ++i) {
+    const FastExitFile& file = g_fast_exit_files[i];
+    struct stat now {};
+    if (stat(file.path, &now) == 0 && now.st_dev == file.device && now.st_ino == file.inode) unlink(file.path);
+  }
+}
+
 void on_stop_signal(int signal) {
   const int count = g_signal_count + 1; // no ++ on a volatile (deprecated in C++20)
   g_signal_count = count;
-  if (count > 1) _exit(kExitInterrupted);
+  if (count > 1) {
+    remove_fast_exit_files();
+    _exit(kExitInterrupted);
+  }
   g_stop_signal = signal;
 }
 
@@ -31,12 +54,29 @@ void on_stop_signal(int signal) {
 void install_stop_signals() {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
+  // Restart interrupted reads and writes: a stop during MPI_Init or HDF5 I/O is acted on
+  // by the run loop, not seen as EINTR by a library that does not retry.
+  action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
 }
 
 bool stop_requested() { return g_stop_signal != 0; }
 int stop_signal() { return g_stop_signal; }
+
+void remove_on_fast_exit(const std::filesystem::path& path, dev_t device, ino_t inode) {
+  const int index = g_fast_exit_count;
+  const std::string& text = path.native();
+  if (index >= kFastExitFiles || text.size() >= sizeof(FastExitFile::path)) return; // left to go stale
+  FastExitFile& file = g_fast_exit_files[index];
+  text.copy(file.path, text.size());
+  file.path[text.size()] = '\0';
+  file.device = device;
+  file.inode = inode;
+  g_fast_exit_count = index + 1;
+}
+
+void forget_fast_exit_files() { g_fast_exit_count = 0; }
 
 void crash_point(const char* event) {
   static const char* spec = std::getenv("SHARDQ_CRASH_AT");

@@ -3,11 +3,25 @@
 // a complete generation, so it still reads back).
 #pragma once
 
+#include <sys/types.h>
+
+#include <filesystem>
+
 namespace shardq {
 
+// Installed for `run` before main (main.cpp) and so before MPI_Init, which leaves them in
+// place (Open MPI 4.1): a stop during start-up ends in 75 too, the run loop flushing and
+// stopping as soon as it starts.
 void install_stop_signals();
 bool stop_requested();
 int stop_signal(); // the signal number that asked to stop (0 if none)
+
+// The run's lock files (run_lock.h, at most kFastExitFiles) that the second signal's
+// immediate exit removes, each if `path` is still that file (device, inode): a requeued
+// run elsewhere need not wait for them to go stale.
+inline constexpr int kFastExitFiles = 2;
+void remove_on_fast_exit(const std::filesystem::path& path, dev_t device, ino_t inode);
+void forget_fast_exit_files();
 
 // Fault injection for tests (SHARDQ_CRASH_AT=event:n): the n-th time `event` is passed
 // the process kills itself with SIGKILL, as a power cut would.

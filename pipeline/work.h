@@ -7,42 +7,43 @@
 
 namespace shardq {
 
-enum class WorkKind : int32_t { amax, factor, quantize, wait };
+// A task's phases: its group's reduction, the factors it needs, then encode + write.
+enum class WorkKind : int32_t { reduce, factor, encode, wait };
 
 struct WorkItem {
   WorkKind kind = WorkKind::wait;
-  int32_t table = 0;      // index into Plan::tables
-  int64_t index = 0;      // chunk (amax, quantize) or hash column (factor)
-  float global_scale = 0; // quantize
+  int32_t task = 0;     // index into Plan::tasks(); factor: index into Plan::factor_sets()
+  int64_t index = 0;    // chunk (reduce, encode) or factor item (factor)
+  float reduction = 0;  // encode: the group's reduced value
 };
 
-struct AmaxResult {
-  int32_t table = 0;
+struct ReduceResult {
+  int32_t task = 0;
   int64_t chunk = 0;
-  float amax = 0;
+  float value = 0;
   double seconds = 0;
 };
 
 struct FactorResult {
-  int32_t table = 0;
-  int32_t column = 0;
-  // followed by gram[256*256] and upper[256*256] doubles
+  int32_t set = 0;
+  int32_t item = 0;
+  // followed by gram[dim*dim] and upper[dim*dim] doubles
 };
 
 struct ChunkResult {
-  int32_t table = 0;
+  int32_t task = 0;
   int64_t chunk = 0;
   uint64_t checksum = 0;
   double seconds = 0;
   int32_t rank = 0;
   ChunkStats stats;
-  // chunk_data: followed by the packed codes and the scales
+  // chunk_data: followed by the task's output buffers in order
 };
 
+// finalize: followed by `scalars` floats, the shard's group_scalar entries in layout order.
 struct FinalizeShard {
   int32_t shard = 0;
-  int32_t tables = 0;
-  float global_scales[8] = {}; // of the shard's tables, in ShardPlan::tables order
+  int32_t scalars = 0;
 };
 
 } // namespace shardq

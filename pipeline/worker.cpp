@@ -9,7 +9,6 @@
 #include "pipeline/signals.h"
 #include "stages/amax.h"
 #include "stages/factors.h"
-#include "stages/pack.h"
 
 namespace shardq {
 namespace {
@@ -61,15 +60,26 @@ size_t Worker::load() const {
   return queue_.size() + ready_.size() + (reading_ ? 1 : 0) + (computing_ ? 1 : 0);
 }
 
-void Worker::install_factors(size_t table, std::shared_ptr<const LayerFactors> factors) {
+void Worker::install_factors(int set, std::shared_ptr<const LayerFactors> factors) {
   std::lock_guard lock(mutex_);
-  factors_[table] = std::move(factors);
+  factors_[set] = std::move(factors);
 }
 
-void Worker::write_received(const ChunkResult& result, std::span<const uint8_t> packed, std::span<const uint8_t> scales) {
+void Worker::write_received(const ChunkResult& result, std::span<const uint8_t> buffers) {
+  const Task& task = plan_.tasks()[size_t(result.task)];
+  const uint64_t rows = task.chunk_rows(uint64_t(result.chunk));
   ChunkBytes bytes = writer_->recycled();
-  bytes.packed.assign(packed.begin(), packed.end());
-  bytes.scales.assign(scales.begin(), scales.end());
+  bytes.buffers.resize(task.outputs.size());
+  size_t at = 0;
+  for (size_t o = 0; o < task.outputs.size(); ++o) {
+    const size_t size = rows * tensor_row_bytes(task.outputs[o]);
+    if (at + size > buffers.size()) {
+      throw PipelineError(fmt::format("rank {}: chunk {} of {} arrived with {} bytes, fewer than its outputs need", rank_,
+                                      result.chunk, task.name, buffers.size()));
+    }
+    bytes.buffers[o].assign(buffers.begin() + long(at), buffers.begin() + long(at + size));
+    at += size;
+  }
   writer_->push(result, std::move(bytes));
 }
 
@@ -129,7 +139,7 @@ void Worker::read_loop() {
       read.item = queue_.front();
       queue_.pop_front();
       reading_ = true;
-      if (read.item.kind == WorkKind::amax || read.item.kind == WorkKind::quantize) {
+      if (read.item.kind == WorkKind::reduce || read.item.kind == WorkKind::encode) {
         if (free_rows_.empty()) free_rows_.push_back(std::make_unique<SourceRows>());
         read.rows = std::move(free_rows_.back());
         free_rows_.pop_back();
@@ -182,97 +192,94 @@ void Worker::compute_loop() {
 
 void Worker::process(ReadItem& read) {
   switch (read.item.kind) {
-    case WorkKind::amax: do_amax(read.item, *read.rows); break;
+    case WorkKind::reduce: do_reduce(read.item, *read.rows); break;
     case WorkKind::factor: do_factor(read.item); break;
-    case WorkKind::quantize: do_quantize(read.item, *read.rows); break;
+    case WorkKind::encode: do_encode(read.item, *read.rows); break;
     case WorkKind::wait: break;
   }
 }
 
-// Quantize items need every row; amax items only the scales (the stage reads the few rows
-// it needs itself).
+const io::Reader& Worker::reader_of(const std::string& tensor) const { return *readers_[plan_.source.at(tensor).shard]; }
+
+// Encode items need every input row; reductions only the inputs they read whole (an amax
+// reads the scales and then the few rows of codes that can decide it).
 void Worker::read_rows(const WorkItem& item, SourceRows& rows) const {
-  const TablePlan& table = plan_.tables[size_t(item.table)];
-  const io::Reader& reader = *readers_[table.shard];
-  const uint64_t chunk = uint64_t(item.index), first = table.chunk_first_row(chunk), count = table.chunk_rows(chunk);
-  const io::TensorInfo& scale = reader.tensor(table.source_scale);
-  rows.scales.resize(count * scale.row_bytes());
-  reader.read_rows(scale, first, count, rows.scales);
-  if (item.kind == WorkKind::amax) {
-    rows.codes.clear(); // the stage reads the codes it needs itself
-    return;
+  const Task& task = plan_.tasks()[size_t(item.task)];
+  const uint64_t chunk = uint64_t(item.index), first = task.chunk_first_row(chunk), count = task.chunk_rows(chunk);
+  rows.inputs.resize(task.inputs.size());
+  std::vector<size_t> wanted;
+  if (item.kind == WorkKind::reduce) wanted = reduction_inputs(task.codec);
+  else for (size_t i = 0; i < task.inputs.size(); ++i) wanted.push_back(i);
+  for (auto& buffer : rows.inputs) buffer.clear();
+  for (size_t i : wanted) {
+    const io::Reader& reader = reader_of(task.inputs[i]);
+    const io::TensorInfo& tensor = reader.tensor(task.inputs[i]);
+    const uint64_t input_count = task.input_row_count(i, first, count);
+    rows.inputs[i].resize(input_count * tensor.row_bytes());
+    reader.read_rows(tensor, task.input_first_row(i, first), input_count, rows.inputs[i]);
   }
-  const io::TensorInfo& weight = reader.tensor(table.source_weight);
-  rows.codes.resize(count * weight.row_bytes());
-  reader.read_rows(weight, first, count, rows.codes);
 }
 
-Fp8RowChunk Worker::chunk_view(const WorkItem& item, const SourceRows& rows) const {
-  const TablePlan& table = plan_.tables[size_t(item.table)];
+ChunkInput Worker::chunk_input(const WorkItem& item, const SourceRows& rows) const {
+  const Task& task = plan_.tasks()[size_t(item.task)];
   const uint64_t chunk = uint64_t(item.index);
-  return {table.source_weight, table.chunk_first_row(chunk), table.chunk_rows(chunk), table.cols, rows.codes, rows.scales,
-          table.source_scale};
+  ChunkInput input{task, task.chunk_first_row(chunk), task.chunk_rows(chunk), {}};
+  for (const auto& buffer : rows.inputs) input.inputs.emplace_back(buffer);
+  return input;
 }
 
-void Worker::do_amax(const WorkItem& item, const SourceRows& rows) {
+void Worker::do_reduce(const WorkItem& item, const SourceRows& rows) {
   const auto start = std::chrono::steady_clock::now();
-  const TablePlan& table = plan_.tables[size_t(item.table)];
-  const io::Reader& reader = *readers_[table.shard];
-  const io::TensorInfo& weight = reader.tensor(table.source_weight);
-  const uint64_t first_row = table.chunk_first_row(uint64_t(item.index));
-  const auto read_codes = [&](uint64_t first, uint64_t count, std::span<uint8_t> codes) {
-    reader.read_rows(weight, first_row + first, count, codes);
+  const ChunkInput input = chunk_input(item, rows);
+  const auto read_input_rows = [&](size_t i, uint64_t first, uint64_t count, std::span<uint8_t> out) {
+    const io::Reader& reader = reader_of(input.task.inputs[i]);
+    reader.read_rows(reader.tensor(input.task.inputs[i]), input.first_row + first, count, out);
   };
-  const float amax = amax_fp8_chunk_from_scales(chunk_view(item, rows), read_codes);
-  emit(0, Tag::amax_result, encode(AmaxResult{item.table, item.index, amax, seconds_since(start)}));
+  const float value = reduce_chunk(input, read_input_rows);
+  emit(0, Tag::reduce_result, encode(ReduceResult{item.task, item.index, value, seconds_since(start)}));
 }
 
-const std::vector<float>& Worker::wkv(size_t table) {
-  auto it = wkv_cache_.find(table);
-  if (it != wkv_cache_.end()) return it->second;
-  return wkv_cache_[table] = read_dequantized_wkv(plan_, plan_.tables[table].layer);
+const std::vector<float>& Worker::factor_source(int set) {
+  auto it = factor_sources_.find(set);
+  if (it != factor_sources_.end()) return it->second;
+  return factor_sources_[set] = read_factor_source(plan_, plan_.factor_sets()[size_t(set)]);
 }
 
 void Worker::do_factor(const WorkItem& item) {
-  const size_t table = size_t(item.table);
-  const auto& weights = wkv(table);
-  const int in_cols = plan_.layout->columns() * kHashColumnWidth;
+  const FactorSet& set = plan_.factor_sets()[size_t(item.task)];
+  const auto& weights = factor_source(item.task);
+  const int in_cols = set.items * set.dim;
   const int out_rows = int(weights.size() / size_t(in_cols));
-  const HashColumnFactor factor = compute_column_factor(weights.data(), out_rows, in_cols, int(item.index),
-                                                       plan_.job.gptq_damp, plan_.tables[table].layer);
-  emit(0, Tag::factor_result, encode(FactorResult{item.table, int32_t(item.index)}, {as_bytes(factor.gram), as_bytes(factor.upper)}));
+  const HashColumnFactor factor =
+      compute_column_factor(weights.data(), out_rows, in_cols, int(item.index), plan_.params.gptq_damp, set.layer);
+  emit(0, Tag::factor_result,
+       encode(FactorResult{item.task, int32_t(item.index)}, {as_bytes(factor.gram), as_bytes(factor.upper)}));
 }
 
-void Worker::do_quantize(const WorkItem& item, const SourceRows& rows) {
+void Worker::do_encode(const WorkItem& item, SourceRows& rows) {
   const auto start = std::chrono::steady_clock::now();
-  const size_t table_index = size_t(item.table);
-  const TablePlan& table = plan_.tables[table_index];
-  const Fp8RowChunk chunk = chunk_view(item, rows);
-  QuantizeParams params = make_quantize_params(parse_quant_method(plan_.job.method), int(plan_.job.mse_candidates),
-                                               plan_.job.mse_alpha_min, item.global_scale);
-  params.gptq_block = int(plan_.job.gptq_block);
-  params.layer = table.layer;
-  params.layout = plan_.layout.get();
-  {
+  ChunkInput input = chunk_input(item, rows);
+  input.input_buffers = &rows.inputs; // the rows are not needed after this item
+  const Task& task = input.task;
+  EncodeContext context{plan_.recipe_plan.codec_params, item.reduction, nullptr};
+  if (task.factor_set >= 0) {
     std::lock_guard lock(mutex_);
-    const auto it = factors_.find(table_index);
-    if (it != factors_.end()) params.factors = it->second.get();
+    const auto it = factors_.find(task.factor_set);
+    if (it != factors_.end()) context.factors = it->second.get();
   }
-  check_fp8_chunk(chunk);
-  if (!quantize_chunk_nvfp4(chunk, params, chunk_out_, &cancel_)) {
+  if (!encode_chunk(input, context, chunk_out_, &cancel_)) {
     emit(0, Tag::dropped, encode(item));
     return;
   }
   test_chunk_delay();
-  ChunkResult result{item.table, item.index, chunk_checksum(chunk_out_), seconds_since(start), rank_, chunk_out_.stats};
-  if (outputs_.writes_shard(table.shard)) {
+  ChunkResult result{item.task, item.index, chunk_checksum(chunk_out_.buffers), seconds_since(start), rank_, chunk_out_.stats};
+  if (outputs_.writes_shard(task.shard)) {
     // The writer reports the chunk once it is durable; its buffers come back for the next.
     ChunkBytes bytes = writer_->recycled();
-    std::swap(bytes.packed, chunk_out_.packed);
-    std::swap(bytes.scales, chunk_out_.scales);
+    std::swap(bytes.buffers, chunk_out_.buffers);
     writer_->push(result, std::move(bytes));
   } else {
-    emit(outputs_.writer_of(table.shard), Tag::chunk_data, encode(result, {chunk_out_.packed, chunk_out_.scales}));
+    emit(outputs_.writer_of(task.shard), Tag::chunk_data, encode(result, chunk_out_.buffers));
   }
 }
 

@@ -22,7 +22,7 @@
 #include "pipeline/output_files.h"
 #include "pipeline/plan.h"
 #include "pipeline/work.h"
-#include "stages/quantize.h"
+#include "stages/codec.h"
 
 namespace shardq {
 
@@ -39,9 +39,10 @@ class Worker {
 
   void push(const WorkItem& item);
   size_t load() const; // items queued, being read, read or computing
-  void install_factors(size_t table, std::shared_ptr<const LayerFactors> factors);
-  // A chunk another rank computed, for a shard this rank writes (reported once durable).
-  void write_received(const ChunkResult& result, std::span<const uint8_t> packed, std::span<const uint8_t> scales);
+  void install_factors(int set, std::shared_ptr<const LayerFactors> factors);
+  // A chunk another rank computed, for a shard this rank writes (reported once durable):
+  // the task's output buffers back to back.
+  void write_received(const ChunkResult& result, std::span<const uint8_t> buffers);
   void cancel();       // drop the computing item (if it can be dropped) and everything not yet computed
   std::optional<Outgoing> pop_result();
   // Returns when a result (or a failure) is waiting, or after `timeout`.
@@ -50,34 +51,36 @@ class Worker {
   void stop();
 
  private:
-  // Source rows of one chunk as read from disk.
+  // Source rows of one chunk as read from disk, one buffer per task input (inputs a
+  // reduction does not read stay empty).
   struct SourceRows {
-    std::vector<uint8_t> codes, scales;
+    std::vector<std::vector<uint8_t>> inputs;
   };
   struct ReadItem {
     WorkItem item;
-    std::unique_ptr<SourceRows> rows; // amax and quantize only
+    std::unique_ptr<SourceRows> rows; // reduce and encode only
   };
 
   void read_loop();
   void compute_loop();
   void fail(std::exception_ptr failure);
   void process(ReadItem& read);
-  void do_amax(const WorkItem& item, const SourceRows& rows);
+  void do_reduce(const WorkItem& item, const SourceRows& rows);
   void do_factor(const WorkItem& item);
-  void do_quantize(const WorkItem& item, const SourceRows& rows);
+  void do_encode(const WorkItem& item, SourceRows& rows);
   void emit(int dest, Tag tag, std::vector<uint8_t> bytes);
   void read_rows(const WorkItem& item, SourceRows& rows) const;
-  Fp8RowChunk chunk_view(const WorkItem& item, const SourceRows& rows) const;
-  const std::vector<float>& wkv(size_t table);
+  ChunkInput chunk_input(const WorkItem& item, const SourceRows& rows) const;
+  const io::Reader& reader_of(const std::string& tensor) const;
+  const std::vector<float>& factor_source(int set);
 
   const Plan& plan_;
   OutputFiles& outputs_;
   int rank_;
   std::vector<std::unique_ptr<io::Reader>> readers_; // per source shard, opened once
-  std::map<size_t, std::vector<float>> wkv_cache_;   // per table: dequantized wkv
-  std::map<size_t, std::shared_ptr<const LayerFactors>> factors_;
-  Nvfp4Chunk chunk_out_; // compute thread only
+  std::map<int, std::vector<float>> factor_sources_; // per factor set: the dequantized linear
+  std::map<int, std::shared_ptr<const LayerFactors>> factors_;
+  EncodedChunk chunk_out_; // compute thread only
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;

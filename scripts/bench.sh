@@ -187,8 +187,71 @@ PY
   done
 }
 
+# The 1017 transcode on one core: the codec's work on expert rows (scales re-expressed,
+# codes passed through without a copy) vs memcpy of the same bytes (codes + scales), and
+# the Engram MXFP4 quantizer's rows/s. Target: transcode >= 1x memcpy.
+bench_transcode() {
+  local json
+  json=$(mktemp)
+  taskset -c 0 "$build_dir/tests/shardq_bench" --benchmark_filter='transcode|memcpy_mxfp4|mxfp4_quantize' \
+    --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPETITIONS:-8}" \
+    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+    --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
+  python3 - "$json" <<'PY'
+import json, sys
+runs = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
+base = runs["BM_memcpy_mxfp4_expert_bytes"]["GB/s"]
+print("medians of interleaved repetitions, one core")
+for name, b in sorted(runs.items()):
+    line = f"{name:32s}"
+    if "GB/s" in b:
+        line += f" {b['GB/s']:8.3f} GB/s"
+    if "rows/s" in b:
+        line += f" {b['rows/s'] / 1e6:8.3f} M rows/s"
+    if name == "BM_transcode_mxfp4_nvfp4":
+        line += f"   x memcpy {b['GB/s'] / base:.2f} (target >= 1)"
+    print(line)
+PY
+  rm -f "$json"
+}
+
+# The whole nvfp4-1017 job (one rank) on the e2e fixture (>= 1 GB Engram tables) and its
+# reference, next to `cp` + fsync of the shards it rewrites, both from a warm page cache.
+# Target: shardq <= 1.3x cp.
+bench_1017() {
+  local work ref shards=() bytes=0 start cp_s run_s
+  work=$(e2e_fixture)
+  ref="$work/ref"
+  if [ ! -f "$ref/model.safetensors.index.json" ]; then
+    "$build_dir/shardq" fixture --preset dsv41-mini-ref-nvfp4 --out "$ref" --engram-vocab "${BENCH_ENGRAM_VOCAB:-170000}" >/dev/null
+  fi
+  mapfile -t shards < <(cd "$work/src" && ls ./*.safetensors | sed 's#^./##')
+  rm -rf "$work/cp" && mkdir -p "$work/cp"
+  for shard in "${shards[@]}"; do
+    cat "$work/src/$shard" >/dev/null
+    bytes=$((bytes + $(stat -c %s "$work/src/$shard")))
+  done
+  start=$(now)
+  for shard in "${shards[@]}"; do cp "$work/src/$shard" "$work/cp/$shard" && sync "$work/cp/$shard"; done
+  cp_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  rm -rf "$work/cp" "$work/out-1017"
+  start=$(now)
+  "$build_dir/shardq" run jobs/demo-1017-nvfp4.toml --src "$work/src" --dst "$work/out-1017" \
+    --set "quant.input_scales_from=\"$ref\"" --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-65536}" >"$work/out-1017.log" 2>&1 ||
+    { echo "shardq run failed:" >&2; tail -5 "$work/out-1017.log" >&2; return 1; }
+  run_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  python3 - "$bytes" "$cp_s" "$run_s" "${#shards[@]}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import sys
+size, cp_s, run_s, shards, load = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+print(f"rewritten shards: {shards}, {size / 1e9:.3f} GB in; load average {load}")
+print(f"{'cp + fsync':24s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s")
+print(f"{'shardq run 1017 (1 rank)':24s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s")
+print(f"{'ratio shardq / cp':24s} {run_s / cp_s:9.2f} (target <= 1.3)")
+PY
+}
+
 main() {
-  local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling)
+  local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling bench_transcode bench_1017)
   if [ $# -ge 1 ]; then
     "bench_$1"
   else

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, makes the miniature DeepSeek-V4.1 fixture,
-# runs the Engram NVFP4 job (gptq-mse) on 4 MPI ranks, interrupts it once with SIGTERM,
-# resumes it to the end, and shows the report.
+# runs the Engram NVFP4 job (gptq-mse) on 4 MPI ranks, interrupts it once, resumes it to
+# the end and shows the report; then the 1017-NVFP4 job (experts transcoded, Engram to
+# MXFP4, input scales from the reference fixture) on 4 ranks, verified.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -13,6 +14,7 @@ shardq=build/release/shardq
 
 rm -rf out/demo && mkdir -p out/demo
 "$shardq" fixture --preset dsv41-mini --out out/demo/dsv41-mini
+"$shardq" fixture --preset dsv41-mini-ref-nvfp4 --out out/demo/dsv41-mini-ref-nvfp4
 "$shardq" inspect out/demo/dsv41-mini/model-00006-of-00006.safetensors
 
 job=jobs/demo-engram-nvfp4.toml
@@ -24,7 +26,7 @@ set +e
 first_log=out/demo/first-run.log
 SHARDQ_LOG=debug SHARDQ_TEST_CHUNK_DELAY_MS=40 mpirun -np 4 "$shardq" run "$job" >"$first_log" 2>&1 &
 pid=$!
-until [ "$(grep -c 'assign 2 table' "$first_log")" -ge 16 ]; do
+until [ "$(grep -c 'assign 2 task' "$first_log")" -ge 16 ]; do
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
 done
@@ -44,3 +46,9 @@ fi
 "$shardq" verify --src out/demo/dsv41-mini --dst out/demo/dsv41-mini-nvfp4-engram
 echo "== report: out/demo/dsv41-mini-nvfp4-engram/engram-nvfp4.json"
 cat out/demo/dsv41-mini-nvfp4-engram/engram-nvfp4.json
+
+echo "== nvfp4-1017 on 4 ranks (reference: out/demo/dsv41-mini-ref-nvfp4)"
+time mpirun -np 4 "$shardq" run jobs/demo-1017-nvfp4.toml
+"$shardq" verify --src out/demo/dsv41-mini --dst out/demo/dsv41-mini-1017-nvfp4 jobs/demo-1017-nvfp4.toml
+echo "== report: out/demo/dsv41-mini-1017-nvfp4/nvfp4-1017.json"
+cat out/demo/dsv41-mini-1017-nvfp4/nvfp4-1017.json

@@ -30,14 +30,23 @@ struct ExactSum {
   bool operator==(const ExactSum&) const = default;
 };
 
+inline void merge_field(uint64_t& into, uint64_t from) { into += from; }
+inline void merge_field(ExactSum& into, const ExactSum& from) { into.merge(from); }
+template <size_t N>
+void merge_field(std::array<uint64_t, N>& into, const std::array<uint64_t, N>& from) {
+  for (size_t k = 0; k < N; ++k) into[k] += from[k];
+}
+
 struct ChunkStats {
   uint64_t rows = 0;
   uint64_t blocks = 0;
   uint64_t zero_blocks = 0;
   uint64_t scale_underflows = 0;
+  uint64_t inexact_blocks = 0;    // transcode: blocks the target format cannot hold exactly
   std::array<uint64_t, kMaxMseCandidates> candidate_wins{};
   ExactSum error_sq;              // sum ||deq - x||^2
   ExactSum reference_sq;          // sum ||x||^2
+  ExactSum output_sq;             // sum ||deq||^2 (with the two above: the cosine)
   ExactSum weighted_error_sq;     // sum ||W_c (x - deq)||^2 (undamped H_c)
   ExactSum weighted_reference_sq; // sum ||W_c x||^2
 
@@ -55,18 +64,30 @@ struct ChunkStats {
     error_sq.add(row.error_sq);
     reference_sq.add(row.reference_sq);
   }
-  void merge(const ChunkStats& other) {
-    rows += other.rows;
-    blocks += other.blocks;
-    zero_blocks += other.zero_blocks;
-    scale_underflows += other.scale_underflows;
-    for (size_t k = 0; k < candidate_wins.size(); ++k) candidate_wins[k] += other.candidate_wins[k];
-    error_sq.merge(other.error_sq);
-    reference_sq.merge(other.reference_sq);
-    weighted_error_sq.merge(other.weighted_error_sq);
-    weighted_reference_sq.merge(other.weighted_reference_sq);
-  }
+  void merge(const ChunkStats& other);
   bool operator==(const ChunkStats&) const = default;
 };
+
+// The one list of ChunkStats' fields, for everything that walks them (merge, checkpoint
+// columns, checksums): visit(name, field...) with the same field of each struct given, a
+// uint64_t counter, the candidate_wins array or an ExactSum.
+template <class Visit, class... Stats>
+void for_each_stat(Visit&& visit, Stats&... s) {
+  visit("rows", s.rows...);
+  visit("blocks", s.blocks...);
+  visit("zero_blocks", s.zero_blocks...);
+  visit("scale_underflows", s.scale_underflows...);
+  visit("inexact_blocks", s.inexact_blocks...);
+  visit("candidate_wins", s.candidate_wins...);
+  visit("error_sq", s.error_sq...);
+  visit("reference_sq", s.reference_sq...);
+  visit("output_sq", s.output_sq...);
+  visit("weighted_error_sq", s.weighted_error_sq...);
+  visit("weighted_reference_sq", s.weighted_reference_sq...);
+}
+
+inline void ChunkStats::merge(const ChunkStats& other) {
+  for_each_stat([](const char*, auto& into, const auto& from) { merge_field(into, from); }, *this, other);
+}
 
 } // namespace shardq

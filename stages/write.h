@@ -2,10 +2,9 @@
 // arithmetic on the planned layout; the pipeline does the pwrite and the fsync.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <span>
-
+#include <string>
 
 namespace shardq {
 
@@ -21,10 +20,9 @@ struct WritePiece {
   std::span<const uint8_t> bytes;
 };
 
-// The two pieces of a chunk starting at table row `first_row`: codes into the weight
-// tensor, scales into the weight_scale tensor. Throws StageError if it would leave a slot.
-std::array<WritePiece, 2> plan_chunk_writes(std::span<const uint8_t> packed, std::span<const uint8_t> scales,
-                                            uint64_t first_row, uint64_t rows, const OutputSlot& weight,
-                                            const OutputSlot& weight_scale);
+// The piece of output `tensor` holding rows [first_row, first_row + rows) of a chunk.
+// Throws StageError naming the tensor if the bytes would leave its slot.
+WritePiece plan_rows_write(std::span<const uint8_t> bytes, uint64_t first_row, uint64_t rows, const OutputSlot& slot,
+                           const std::string& tensor);
 
 } // namespace shardq

@@ -13,17 +13,15 @@
 #include <vector>
 
 #include "pipeline/io/io_error.h"
+#include "stages/tensor.h"
 
 namespace shardq::io {
 
-enum class Dtype {
-  BOOL, F4, F6_E2M3, F6_E3M2, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ,
-  I16, U16, F16, BF16, I32, U32, F32, C64, F64, I64, U64
-};
-
-std::optional<Dtype> parse_dtype(std::string_view name);
-std::string_view dtype_name(Dtype dtype);
-int dtype_bits(Dtype dtype);
+using shardq::Dtype;
+using shardq::dtype_bits;
+using shardq::dtype_name;
+using shardq::parse_dtype;
+using shardq::TensorSpec;
 
 struct TensorInfo {
   std::string name;
@@ -76,12 +74,6 @@ std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t head
                                      const std::string& file_label, std::map<std::string, std::string>* metadata);
 
 class DirectWriter;
-
-struct TensorSpec {
-  std::string name;
-  Dtype dtype;
-  std::vector<uint64_t> shape;
-};
 
 // The whole layout is planned up front from (name, dtype, shape) in order; the header is
 // padded with spaces so the data buffer starts at a 4096-aligned offset. Bytes go in by

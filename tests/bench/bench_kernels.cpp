@@ -1,13 +1,17 @@
 // NVFP4 row kernels on one core: rows of 256 fp32 values, RTN and MSE, ref and SIMD,
 // next to memcpy of the same input bytes. The working set (64 MiB of fp32 input, twice the 32 MiB L3 here) is
 // larger than the caches, so memcpy is the memory-bound ceiling the kernels are held to.
-// Counters: rows/s and GB/s of fp32 input (1 KiB per row).
+// Counters: rows/s and GB/s of fp32 input (1 KiB per row). The MXFP4 benchmarks below say
+// what they count.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/mxfp4.h"
 #include "kernels/nvfp4.h"
 
 namespace {
@@ -116,6 +120,177 @@ void BM_nvfp4_rtn_simd(benchmark::State& state) { run_kernel(state, shardq::quan
 void BM_nvfp4_mse_ref(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_ref, 8); }
 void BM_nvfp4_mse_simd(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_simd, 8); }
 
+// The Engram MXFP4 quantizer (ModelOpt's rule) on the same fp32 rows: rows/s, GB/s of input.
+void BM_mxfp4_quantize_ref(benchmark::State& state) {
+  const auto& x = input_rows();
+  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 32);
+  for (auto _ : state) {
+    shardq::Mxfp4RowSums total;
+    for (int r = 0; r < kRows; ++r) {
+      const auto sums = shardq::quantize_row_mxfp4_ref(x.data() + size_t(r) * kCols, kCols,
+                                                       packed.data() + size_t(r) * kCols / 2,
+                                                       scales.data() + size_t(r) * kCols / 32);
+      total.error_sq += sums.error_sq;
+    }
+    benchmark::DoNotOptimize(total);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state);
+}
+
+// The same rows, SIMD (bit-identical to the ref).
+void BM_mxfp4_quantize_simd(benchmark::State& state) {
+  const auto& x = input_rows();
+  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 32);
+  for (auto _ : state) {
+    shardq::Mxfp4RowSums total;
+    for (int r = 0; r < kRows; ++r) {
+      const auto sums = shardq::quantize_row_mxfp4_simd(x.data() + size_t(r) * kCols, kCols,
+                                                        packed.data() + size_t(r) * kCols / 2,
+                                                        scales.data() + size_t(r) * kCols / 32);
+      total.error_sq += sums.error_sq;
+    }
+    benchmark::DoNotOptimize(total);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state);
+}
+
+// The Engram MXFP4 codec's row path from its FP8 source (E4M3 codes + one E8M0 scale per 32,
+// 16 MiB of codes): decode to fp32 then quantize (what encode_engram_mxfp4 did), and fused.
+// Counters: rows/s and GB/s of FP8 input (codes + scales, 264 bytes per row).
+struct Fp8SourceRows {
+  std::vector<uint8_t> codes, scales;
+};
+
+const Fp8SourceRows& fp8_source_rows() {
+  static const Fp8SourceRows rows = [] {
+    // The fp32 rows above as FP8 with RCEIL E8M0 scales per 32 (amax / 448, rounded up).
+    const auto& x = input_rows();
+    Fp8SourceRows out{std::vector<uint8_t>(x.size()), std::vector<uint8_t>(x.size() / 32)};
+    for (size_t g = 0; g < out.scales.size(); ++g) {
+      float amax = 0.0f;
+      for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[g * 32 + i]));
+      out.scales[g] = shardq::e8m0_from_float(amax / shardq::E4M3::max, shardq::E8M0Rounding::toward_pos_inf);
+      const float inverse = 1.0f / shardq::e8m0_to_float(out.scales[g]);
+      for (size_t i = 0; i < 32; ++i) out.codes[g * 32 + i] = shardq::e4m3_from_float(x[g * 32 + i] * inverse);
+    }
+    return out;
+  }();
+  return rows;
+}
+
+void set_fp8_counters(benchmark::State& state) {
+  const double rows = double(state.iterations()) * kRows;
+  state.counters["rows/s"] = benchmark::Counter(rows, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(rows * (kCols + kCols / 32) / 1e9, benchmark::Counter::kIsRate);
+}
+
+using Mxfp4RowKernel = shardq::Mxfp4RowSums (*)(const float*, int, uint8_t*, uint8_t*);
+
+void run_fp8_to_mxfp4_decoded(benchmark::State& state, Mxfp4RowKernel kernel) {
+  const auto& source = fp8_source_rows();
+  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 32);
+  std::vector<float> values(kCols);
+  for (auto _ : state) {
+    shardq::Mxfp4RowSums total;
+    for (int r = 0; r < kRows; ++r) {
+      shardq::dequantize_row_fp8_e8m0_32_simd(source.codes.data() + size_t(r) * kCols,
+                                              source.scales.data() + size_t(r) * kCols / 32, kCols, values.data());
+      const auto sums = kernel(values.data(), kCols, packed.data() + size_t(r) * kCols / 2,
+                               scales.data() + size_t(r) * kCols / 32);
+      total.error_sq += sums.error_sq;
+    }
+    benchmark::DoNotOptimize(total);
+    benchmark::ClobberMemory();
+  }
+  set_fp8_counters(state);
+}
+
+void BM_mxfp4_codec_row_decode_ref(benchmark::State& state) {
+  run_fp8_to_mxfp4_decoded(state, shardq::quantize_row_mxfp4_ref);
+}
+void BM_mxfp4_codec_row_decode_simd(benchmark::State& state) {
+  run_fp8_to_mxfp4_decoded(state, shardq::quantize_row_mxfp4_simd);
+}
+
+void BM_mxfp4_codec_row_fused(benchmark::State& state) {
+  const auto& source = fp8_source_rows();
+  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 32);
+  for (auto _ : state) {
+    shardq::Mxfp4RowSums total;
+    for (int r = 0; r < kRows; ++r) {
+      const auto sums = shardq::quantize_row_mxfp4_from_fp8_simd(
+          source.codes.data() + size_t(r) * kCols, source.scales.data() + size_t(r) * kCols / 32, kCols,
+          packed.data() + size_t(r) * kCols / 2, scales.data() + size_t(r) * kCols / 32);
+      total.error_sq += sums.error_sq;
+    }
+    benchmark::DoNotOptimize(total);
+    benchmark::ClobberMemory();
+  }
+  set_fp8_counters(state);
+}
+
+// MXFP4 -> NVFP4 scale transcode of routed-expert rows: 64 MiB of codes (4096 columns, 32768
+// rows) and their E8M0 scales, next to a memcpy of the same bytes. GB/s counts codes + scales.
+constexpr int kExpertCols = 4096;
+constexpr int kExpertRows = 32768;
+constexpr size_t kExpertCodeBytes = size_t(kExpertRows) * kExpertCols / 2;
+constexpr size_t kExpertScaleBytes = size_t(kExpertRows) * kExpertCols / 32;
+
+struct ExpertRows {
+  std::vector<uint8_t> codes, e8m0;
+  uint8_t emax;
+};
+
+const ExpertRows& expert_rows() {
+  static const ExpertRows rows = [] {
+    ExpertRows out{std::vector<uint8_t>(kExpertCodeBytes), std::vector<uint8_t>(kExpertScaleBytes), 0};
+    std::mt19937 rng(45);
+    for (auto& byte : out.codes) byte = uint8_t(rng());
+    // Scales within 17 binades of the max, one block in 256 further down (the inexact path).
+    for (auto& e : out.e8m0) e = uint8_t(rng() % 256 == 0 ? 90 : 118 + rng() % 10);
+    out.emax = shardq::e8m0_max_of(out.e8m0.data(), out.e8m0.size());
+    return out;
+  }();
+  return rows;
+}
+
+void set_expert_counters(benchmark::State& state) {
+  const double bytes = double(state.iterations()) * double(kExpertCodeBytes + kExpertScaleBytes);
+  state.counters["GB/s"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+  state.counters["rows/s"] = benchmark::Counter(double(state.iterations()) * kExpertRows, benchmark::Counter::kIsRate);
+}
+
+void BM_memcpy_mxfp4_expert_bytes(benchmark::State& state) {
+  const auto& rows = expert_rows();
+  std::vector<uint8_t> codes(kExpertCodeBytes), scales(kExpertScaleBytes);
+  for (auto _ : state) {
+    std::memcpy(codes.data(), rows.codes.data(), kExpertCodeBytes);
+    std::memcpy(scales.data(), rows.e8m0.data(), kExpertScaleBytes);
+    benchmark::ClobberMemory();
+  }
+  set_expert_counters(state);
+}
+
+// The codec's whole work on a chunk (its codes are not copied: the buffer they were read
+// into is the one written out), against memcpy of the same input bytes.
+void BM_transcode_mxfp4_nvfp4(benchmark::State& state) {
+  const auto& rows = expert_rows();
+  std::vector<uint8_t> e4m3(kExpertScaleBytes * 2);
+  for (auto _ : state) {
+    const shardq::Mxfp4ToNvfp4 transcoder(rows.emax); // once per chunk, as the codec does
+    uint64_t inexact = 0;
+    for (int r = 0; r < kExpertRows; ++r)
+      inexact += transcoder.transcode_row(rows.codes.data() + size_t(r) * kExpertCols / 2,
+                                          rows.e8m0.data() + size_t(r) * kExpertCols / 32, kExpertCols,
+                                          e4m3.data() + size_t(r) * kExpertCols / 16);
+    benchmark::DoNotOptimize(inexact);
+    benchmark::ClobberMemory();
+  }
+  set_expert_counters(state);
+}
+
 } // namespace
 
 BENCHMARK(BM_memcpy_fp32_rows)->Unit(benchmark::kMillisecond);
@@ -127,5 +302,12 @@ BENCHMARK(BM_nvfp4_rtn_ref)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_nvfp4_rtn_simd)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_nvfp4_mse_ref)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_nvfp4_mse_simd)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_mxfp4_quantize_ref)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_mxfp4_quantize_simd)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_mxfp4_codec_row_decode_ref)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_mxfp4_codec_row_decode_simd)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_mxfp4_codec_row_fused)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_memcpy_mxfp4_expert_bytes)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_transcode_mxfp4_nvfp4)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -18,7 +18,7 @@ for victim in 1 2; do
   RUN=$!
   STARTED_PIDS+=("$RUN")
   for i in $(seq 1 1200); do
-    (($(grep -c "assign 2 table" "$log") >= 10)) && break
+    (($(grep -c "assign 2 task" "$log") >= 10)) && break
     kill -0 "$RUN" 2>/dev/null || fail "the run ended before a rank could be killed"
     sleep 0.05
   done

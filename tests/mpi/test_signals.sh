@@ -33,7 +33,7 @@ start_run() {
   STARTED_PIDS+=("$RUN_PID")
   local i
   for i in $(seq 1 1200); do
-    (($(grep -c "assign 2 table" "$log") >= 8)) && return 0
+    (($(grep -c "assign 2 task" "$log") >= 8)) && return 0
     kill -0 "$RUN_PID" 2>/dev/null || fail "the run ended before it could be signalled: $(tail -5 "$log")"
     sleep 0.05
   done

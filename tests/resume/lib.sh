@@ -102,34 +102,29 @@ run_shardq() {
   return $rc
 }
 
-# Number of tables and the done flags of one table's chunks, read with h5dump (an
-# independent reader of the checkpoint).
-checkpoint_tables() {
-  h5ls "$1/tables" | awk '{print $1}' | sort -n
+# h5_values CHECKPOINT DATASET: the values of a 1-D dataset, one a line, read with
+# h5dump (an independent reader of the checkpoint).
+h5_values() {
+  h5dump -d "$2" -y -w0 "$1" |
+    awk '/DATA \{/{data=1; next} data && /\}/{data=0} data { gsub(/[ ,]+/, " "); n = split($0, v, " ");
+      for (i = 1; i <= n; ++i) print v[i] }'
 }
 
-# done_chunks CHECKPOINT: "T I" for every chunk the checkpoint records done.
+# done_chunks CHECKPOINT: "T I" for every chunk the checkpoint records done (task T,
+# chunk I; the chunk records are concatenated over tasks, /tasks/chunks counts them).
 done_chunks() {
-  local ckpt=$1 t
+  local ckpt=$1
   [[ -f "$ckpt" ]] || ckpt="$ckpt.prev"
   [[ -f "$ckpt" ]] || return 0
-  for t in $(checkpoint_tables "$ckpt"); do
-    h5dump -d "/tables/$t/chunk_state" -y -w0 "$ckpt" |
-      awk -v t="$t" '/DATA \{/{data=1; next} data && /\}/{data=0} data {
-        gsub(/[ ,]+/, " "); n = split($0, v, " "); for (i = 1; i <= n; ++i) if (v[i] == 1) print t, i0 + i - 1; i0 += n }'
-  done
+  paste -d' ' <(h5_values "$ckpt" /tasks/chunks | awk '{for (i = 0; i < $1; ++i) print NR - 1, i}') \
+    <(h5_values "$ckpt" /chunks/state) | awk '$3 == 1 {print $1, $2}'
 }
 
-# pending_count CHECKPOINT DATASET: how many entries of /tables/*/DATASET are 0.
+# pending_count CHECKPOINT DATASET: how many entries of DATASET (/chunks/state,
+# /reductions/done) are 0; 0 while there is no checkpoint yet.
 pending_count() {
-  local ckpt=$1 dataset=$2 t total=0 n
-  for t in $(checkpoint_tables "$ckpt"); do
-    n=$(h5dump -d "/tables/$t/$dataset" -y -w0 "$ckpt" |
-      awk '/DATA \{/{data=1; next} data && /\}/{data=0} data { gsub(/[ ,]+/, " "); n = split($0, v, " ");
-        for (i = 1; i <= n; ++i) if (v[i] == 0) z++ } END { print z + 0 }')
-    total=$((total + n))
-  done
-  echo "$total"
+  [[ -f "$1" ]] || { echo 0; return; }
+  h5_values "$1" "$2" | awk '$1 == 0 {z++} END {print z + 0}'
 }
 
 # finished_steps CHECKPOINT: the checkpoint's finished steps, one a line.
@@ -140,7 +135,7 @@ finished_steps() {
 
 # assigned_quantize LOG: "T I" for every quantize assignment rank 0 logged (SHARDQ_LOG=debug).
 assigned_quantize() {
-  grep -o 'assign 2 table [0-9]* index [0-9]*' "$1" | awk '{print $4, $6}' || true
+  grep -o 'assign 2 task [0-9]* index [0-9]*' "$1" | awk '{print $4, $6}' || true
 }
 
 # check_no_redo BEFORE_DONE LOG: no chunk recorded done before the run was assigned again.
@@ -161,7 +156,7 @@ for name in sorted(os.listdir(dst)):
     if name.startswith(".") or os.path.isdir(path):
         continue
     data = open(path, "rb").read()
-    if name == "engram-nvfp4.json":
+    if name in ("engram-nvfp4.json", "nvfp4-1017.json", "w8a8-int8.json"):  # the reports
         report = json.loads(data)
         report.pop("run", None)
         for table in report.get("tables", []):

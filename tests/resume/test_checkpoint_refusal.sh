@@ -34,12 +34,21 @@ SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/crash1.
 (($(done_chunks "$CKPT" | wc -l) > 0)) || fail "no chunk recorded before the crash"
 
 h5dump -H "$CKPT" >"$WORK/h5dump.txt" || fail "h5dump cannot read $CKPT"
-grep -q 'DATASET "chunk_state"' "$WORK/h5dump.txt" || fail "h5dump shows no chunk_state"
+grep -q 'DATASET "state"' "$WORK/h5dump.txt" || fail "h5dump shows no chunk state"
 
 rc=0
 run_shardq 0 "$WORK/method.log" "$JOB" "${COMMON[@]}" --set quant.method=mse --dst "$DST" || rc=$?
 ((rc != 0)) || fail "a checkpoint of method rtn was resumed by method mse"
 expect_refusal "$WORK/method.log" "another job" "field 'job'" "method=rtn" "method=mse" "--fresh"
+
+# Every key that decides bytes is in the fingerprint, the recipe keys too.
+for change in "quant.keep_mtp=false" 'quant.ignore=["attn.wq_a"]' "quant.input_scales_from=\"$WORK/src\""; do
+  rc=0
+  run_shardq 0 "$WORK/key.log" "$JOB" "${COMMON[@]}" "${RTN[@]}" --set "$change" --dst "$DST" || rc=$?
+  ((rc != 0)) || fail "a checkpoint was resumed with $change"
+  key=${change%%=*}
+  expect_refusal "$WORK/key.log" "another job" "field 'job'" "${key#quant.}=" "--fresh"
+done
 
 cp -r "$WORK/src" "$WORK/src2"
 rc=0

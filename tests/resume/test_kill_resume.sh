@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Kill -9 at seeded-random instants over every stage (amax, quantize, checkpoint saves,
+# Kill -9 at seeded-random instants over every stage (reduce, quantize, checkpoint saves,
 # shard finalization, index/config/report) and at random wall-clock delays, resuming
 # with the same command each time on 1 or 2 ranks. Checks after every resume that no
 # chunk recorded done was assigned again, that done chunks never get lost, and at the
@@ -42,13 +42,13 @@ shards_left() { [[ ! -f "$CKPT" ]] || [[ $(finished_steps "$CKPT" | grep -c '^sh
 # the order of the stages: what is finished can no longer be crashed in.
 pick_crash() {
   local wanted=$1
-  local amax_left=1 chunks_left=1
+  local reduce_left=1 chunks_left=1
   if [[ -f "$CKPT" ]]; then
-    amax_left=$(pending_count "$CKPT" amax_done)
-    chunks_left=$(pending_count "$CKPT" chunk_state)
+    reduce_left=$(pending_count "$CKPT" /reductions/done)
+    chunks_left=$(pending_count "$CKPT" /chunks/state)
   fi
   case $wanted in
-    amax) ((amax_left > 0)) && { echo "amax:$(random_between 1 "$((amax_left < 20 ? amax_left : 20))")"; return; } ;;
+    reduce) ((reduce_left > 0)) && { echo "reduce:$(random_between 1 "$((reduce_left < 20 ? reduce_left : 20))")"; return; } ;;
     quantize) ((chunks_left > 0)) && { echo "quantize:$(random_between 1 "$((chunks_left < 12 ? chunks_left : 12))")"; return; } ;;
     save) shards_left && { echo "save:$(random_between 1 3)"; return; } ;;
     finalize) shards_left && { echo "finalize:1"; return; } ;;
@@ -115,7 +115,7 @@ wait_for_no_rank() {
 # however fast or loaded the machine. Too few chunks left: no wall-clock kill.
 wall_spec() {
   local chunks_left=$TOTAL_CHUNKS
-  [[ -f "$CKPT" ]] && chunks_left=$(pending_count "$CKPT" chunk_state)
+  [[ -f "$CKPT" ]] && chunks_left=$(pending_count "$CKPT" /chunks/state)
   ((chunks_left >= 32)) || return 0
   python3 -c "import sys; print(f'wall:{0.2 + int(sys.argv[1]) * $WALL_DELAY_MS / 2000 * int(sys.argv[2]) / 100:.2f}')" \
     "$chunks_left" "$(random_between 10 40)"
@@ -137,7 +137,7 @@ run_plan() {
 }
 # A wall-clock and a quantize kill come early, while most chunks are pending: a save crash
 # can land late (saves are spaced in time, chunks are fast) and finish every chunk first.
-run_plan amax wall quantize amax save quantize wall quantize wall quantize save quantize finalize
+run_plan reduce wall quantize reduce save quantize wall quantize wall quantize save quantize finalize
 # Some planned events may have been passed already: more crash points until enough kills
 # (the last three stages below add three).
 while ((!COMPLETE && KILLS < MIN_KILLS - 3)); do
@@ -153,7 +153,7 @@ done
 echo "$KILLS kills over $ATTEMPT runs"
 ((KILLS >= MIN_KILLS)) || fail "only $KILLS kills happened (wanted at least $MIN_KILLS)"
 ((ASSIGNED >= TOTAL_CHUNKS)) || fail "the logs show $ASSIGNED quantize assignments for $TOTAL_CHUNKS chunks"
-for event in amax quantize save finalize index config report wall; do
+for event in reduce quantize save finalize index config report wall; do
   [[ -n "${CRASHED[$event]:-}" ]] || fail "no kill happened in stage $event"
 done
 same_output "$WORK/ref" "$DST"

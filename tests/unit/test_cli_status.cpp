@@ -65,17 +65,17 @@ class CliStatusTest : public ::testing::Test {
 CheckpointState three_of_ten_done(uint64_t generation = 7) {
   CheckpointState s;
   s.fingerprint = {{"job", "engram-nvfp4"}, {"source_headers", "9f3a1c2b4d5e6f7081"}};
-  TableRecord t;
-  t.tensor = "layers.1.engram.embed.weight";
+  TaskRecord t;
+  t.name = "layers.1.engram.embed";
   t.rows = 950;
   t.rows_per_chunk = 100;
-  t.amax_chunks.assign(10, AmaxRecord{1, 2.5f});
+  t.reductions.assign(10, ReduceRecord{1, 2.5f});
   t.chunks.resize(10);
   for (int i = 0; i < 3; ++i) {
     t.chunks[i].state = kChunkDone;
     t.chunks[i].seconds = 2.0;
   }
-  s.tables.push_back(t);
+  s.tasks.push_back(t);
   s.finished = {"config"};
   s.elapsed_seconds = 10.0;
   s.generation = generation;
@@ -91,8 +91,8 @@ TEST_F(CliStatusTest, PrintsProgressOfASavedCheckpoint) {
   EXPECT_EQ(o.exit_code, 0) << o.err;
   EXPECT_NE(o.out.find("generation 7"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("job=engram-nvfp4"), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("amax 10/10 chunks"), std::string::npos) << o.out;
-  EXPECT_NE(o.out.find("layer 1 absent"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("reduce 10/10 chunks"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("stored factors: none"), std::string::npos) << o.out;
   // 3 of 10 chunks; 300 of 950 rows; 300 rows / 6 chunk-seconds = 50; 300 / 10 s = 30 wall.
   EXPECT_NE(o.out.find("3/10 chunks  30.0%  300/950 rows"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("rows/s: 50 per chunk-second"), std::string::npos) << o.out;

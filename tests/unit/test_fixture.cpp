@@ -14,7 +14,7 @@
 #include <set>
 
 #include "kernels/formats.h"
-#include "pipeline/engram_config.h"
+#include "stages/engram_config.h"
 #include "pipeline/fixture.h"
 #include "pipeline/fixture_content.h"
 #include "pipeline/io/safetensors.h"

@@ -7,7 +7,7 @@
 
 namespace shardq {
 
-// Throws PipelineError naming the missing or mistyped key. engram_num_embeddings is
+// Throws StageError naming the missing or mistyped key. engram_num_embeddings is
 // optional here (a writer computes it); EngramLayout::check refuses a table without it.
 EngramConfig engram_config_from_json(const nlohmann::ordered_json& text_config);
 

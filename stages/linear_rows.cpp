@@ -1,0 +1,64 @@
+#include "stages/linear_rows.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kernels/formats.h"
+#include "kernels/mxfp4.h"
+#include "kernels/nvfp4.h"
+#include "stages/stage_error.h"
+
+namespace shardq {
+namespace {
+
+constexpr int kBlock = 32;
+
+uint64_t code_bytes_per_row(const LinearRows& rows) {
+  return rows.source == LinearSource::fp8_block32 ? uint64_t(rows.cols) : uint64_t(rows.cols) / 2;
+}
+
+uint64_t scale_cols(const LinearRows& rows) { return (uint64_t(rows.cols) + kBlock - 1) / kBlock; }
+
+// The scale tensor's row of weight row `row` (absolute): its own (FP4), its block's (FP8).
+uint64_t scale_row_of(const LinearRows& rows, uint64_t row) {
+  return rows.source == LinearSource::fp4_row32 ? row : row / kBlock;
+}
+
+// The E8M0 scales of chunk row r.
+const uint8_t* row_scales(const LinearRows& rows, uint64_t r) {
+  const uint64_t scale_row = scale_row_of(rows, rows.first_row + r) - scale_row_of(rows, rows.first_row);
+  return rows.scales.data() + scale_row * scale_cols(rows);
+}
+
+} // namespace
+
+void check_linear_rows(const LinearRows& rows) {
+  const auto nan_scale = std::find(rows.scales.begin(), rows.scales.end(), E8M0::nan_code);
+  if (nan_scale != rows.scales.end()) {
+    const uint64_t at = uint64_t(nan_scale - rows.scales.begin());
+    throw StageError(fmt::format("{}: row {} column {}: E8M0 scale is NaN (0xFF); expected a finite scale",
+                                 rows.scale_tensor, scale_row_of(rows, rows.first_row) + at / scale_cols(rows),
+                                 at % scale_cols(rows)));
+  }
+  if (rows.source != LinearSource::fp8_block32) return; // every E2M1 code is a number
+  const auto nan_code = std::find_if(rows.codes.begin(), rows.codes.end(), [](uint8_t c) { return E4M3::is_nan(c); });
+  if (nan_code == rows.codes.end()) return;
+  const uint64_t at = uint64_t(nan_code - rows.codes.begin());
+  throw StageError(fmt::format("{}: row {} column {}: E4M3 code 0x{:02X} is NaN", rows.tensor,
+                               rows.first_row + at / uint64_t(rows.cols), at % uint64_t(rows.cols), *nan_code));
+}
+
+void decode_linear_row(const LinearRows& rows, uint64_t r, float* out) {
+  const uint8_t* codes = rows.codes.data() + r * code_bytes_per_row(rows);
+  const uint8_t* scales = row_scales(rows, r);
+  if (rows.source == LinearSource::fp4_row32) {
+    dequantize_row_mxfp4(codes, scales, rows.cols, out);
+  } else if (rows.cols % kBlock == 0) {
+    dequantize_row_fp8_e8m0_32_simd(codes, scales, rows.cols, out);
+  } else { // a partial last block: the same rule, value by value
+    for (int c = 0; c < rows.cols; ++c) out[c] = e4m3_to_float(codes[c]) * e8m0_to_float(scales[c / kBlock]);
+  }
+}
+
+} // namespace shardq

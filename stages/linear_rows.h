@@ -1,0 +1,31 @@
+// Rows of a quantized linear of the source, decoded exactly to fp32 (docs/formats.md
+// "INT8"): FP8 E4M3 codes with one E8M0 scale per 32x32 block (scale row = weight row / 32),
+// or DeepSeek's FP4 experts, E2M1 codes two per byte with one E8M0 scale per 32 values of
+// a row. The W8A8 codecs re-encode them to INT8 per channel or to BF16.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace shardq {
+
+enum class LinearSource { fp8_block32, fp4_row32 };
+
+struct LinearRows {
+  LinearSource source = LinearSource::fp8_block32;
+  std::string tensor, scale_tensor; // for messages
+  uint64_t first_row = 0;           // absolute row of row 0
+  uint64_t rows = 0;
+  int cols = 0;                     // values per row
+  std::span<const uint8_t> codes;   // rows x row bytes
+  std::span<const uint8_t> scales;  // the scale rows these rows use (fp8: from row first_row / 32)
+};
+
+// Throws StageError naming tensor, row and column at the first NaN code or NaN scale.
+void check_linear_rows(const LinearRows& rows);
+
+// Row r (0-based in the chunk) decoded exactly into out[cols].
+void decode_linear_row(const LinearRows& rows, uint64_t r, float* out);
+
+} // namespace shardq

@@ -1,0 +1,85 @@
+#include "stages/recipes/recipe.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "stages/recipes/engram_nvfp4.h"
+#include "stages/recipes/nvfp4_1017.h"
+#include "stages/recipes/w8a8_int8.h"
+#include "stages/stage_error.h"
+
+namespace shardq {
+
+uint64_t Task::chunk_rows(uint64_t chunk) const { return std::min(rows_per_chunk, rows - chunk_first_row(chunk)); }
+
+uint64_t Task::input_row_count(size_t input, uint64_t first, uint64_t count) const {
+  const uint64_t rows_per_input_row = row_group(input);
+  return (first + count + rows_per_input_row - 1) / rows_per_input_row - first / rows_per_input_row;
+}
+
+void CheckpointView::index() {
+  by_name_.clear();
+  for (size_t i = 0; i < tensors.size(); ++i) by_name_.emplace(tensors[i].spec.name, i);
+}
+
+const SourceTensor* CheckpointView::find(std::string_view name) const {
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors[it->second];
+}
+
+const SourceTensor& CheckpointView::at(std::string_view name) const {
+  if (const SourceTensor* tensor = find(name)) return *tensor;
+  throw StageError(fmt::format("{}: no tensor '{}' in any shard", dir.string(), name));
+}
+
+const nlohmann::ordered_json& CheckpointView::text_config() const {
+  return config.contains("text_config") ? config["text_config"] : config;
+}
+
+ShardEntry copy_entry(const TensorSpec& spec, const std::string& from) {
+  ShardEntry entry;
+  entry.spec = spec;
+  entry.source = EntrySource::copy;
+  entry.from = from;
+  return entry;
+}
+
+ShardEntry task_output_entry(const Task& task, size_t task_index, size_t output) {
+  ShardEntry entry;
+  entry.spec = task.outputs.at(output);
+  entry.source = EntrySource::task_output;
+  entry.task = task_index;
+  entry.output = output;
+  return entry;
+}
+
+ShardEntry group_scalar_entry(const std::string& name, size_t task_index) {
+  ShardEntry entry;
+  entry.spec = {name, Dtype::F32, {}};
+  entry.source = EntrySource::group_scalar;
+  entry.task = task_index;
+  return entry;
+}
+
+ShardEntry constant_entry(const TensorSpec& spec, std::vector<uint8_t> bytes) {
+  ShardEntry entry;
+  entry.spec = spec;
+  entry.source = EntrySource::constant;
+  entry.bytes = std::move(bytes);
+  return entry;
+}
+
+void Recipe::audit(const RecipePlan&, const RecipeParams&, const CheckpointView&, const CheckpointView&,
+                   const AuditCheck&) const {}
+
+std::vector<std::string> recipe_names() { return {"engram-nvfp4", "nvfp4-1017", "w8a8-int8"}; }
+
+std::unique_ptr<Recipe> make_recipe(std::string_view name) {
+  if (name == "engram-nvfp4") return std::make_unique<EngramNvfp4Recipe>();
+  if (name == "nvfp4-1017") return std::make_unique<Nvfp4_1017Recipe>();
+  if (name == "w8a8-int8") return std::make_unique<W8a8Int8Recipe>();
+  throw StageError(fmt::format("unknown recipe '{}' (available: engram-nvfp4, nvfp4-1017, w8a8-int8)", name));
+}
+
+} // namespace shardq

@@ -1,0 +1,265 @@
+#include "stages/recipes/w8a8_int8.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "stages/recipes/engram_tables.h"
+#include "stages/stage_error.h"
+
+namespace shardq {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr uint64_t kFp8Block = 32;
+
+// A quantized linear of the source: <module>.weight with an E8M0 <module>.scale beside it.
+struct SourceLinear {
+  std::string module;
+  const SourceTensor* weight = nullptr;
+  const SourceTensor* scale = nullptr;
+  bool fp4 = false;
+  uint64_t out = 0, in = 0;
+};
+
+std::optional<SourceLinear> find_linear(const CheckpointView& source, const SourceTensor& tensor) {
+  const std::string& name = tensor.spec.name;
+  if (name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) return std::nullopt;
+  SourceLinear linear;
+  linear.module = name.substr(0, name.size() - 7);
+  if (linear.module.find("engram.embed") != std::string::npos) return std::nullopt; // a lookup table, kept
+  linear.scale = source.find(linear.module + ".scale");
+  if (!linear.scale || linear.scale->spec.dtype != Dtype::F8_E8M0) return std::nullopt;
+  linear.weight = &tensor;
+  const std::string file = (source.dir / source.shard_files[tensor.shard]).string();
+  if (linear.scale->shard != tensor.shard) {
+    throw StageError(fmt::format("{}: linear '{}' has its scale '{}' in another shard", file, name, linear.scale->spec.name));
+  }
+  const auto& shape = tensor.spec.shape;
+  if (shape.size() != 2 || (tensor.spec.dtype != Dtype::F8_E4M3 && tensor.spec.dtype != Dtype::I8)) {
+    throw StageError(fmt::format("{}: linear '{}' is {} {}; F8_E4M3 [out, in] or I8 [out, in/2] (FP4) was expected",
+                                 file, name, dtype_name(tensor.spec.dtype), shape_text(shape)));
+  }
+  linear.fp4 = tensor.spec.dtype == Dtype::I8;
+  linear.out = shape[0];
+  linear.in = linear.fp4 ? shape[1] * 2 : shape[1];
+  const std::vector<uint64_t> scale_shape =
+      linear.fp4 ? std::vector<uint64_t>{linear.out, linear.in / 32}
+                 : std::vector<uint64_t>{(linear.out + kFp8Block - 1) / kFp8Block, (linear.in + kFp8Block - 1) / kFp8Block};
+  if (linear.fp4 && linear.in % 32 != 0) {
+    throw StageError(fmt::format("{}: FP4 linear '{}' has {} values per row, not a multiple of 32", file, name, linear.in));
+  }
+  expect_tensor(source, *linear.scale, Dtype::F8_E8M0, scale_shape);
+  return linear;
+}
+
+uint64_t aligned(uint64_t rows, uint64_t alignment) { return std::max(alignment, rows / alignment * alignment); }
+
+Task linear_task(const SourceLinear& linear, bool ignored, const RecipeParams& params, size_t index) {
+  Task task;
+  task.name = linear.module;
+  task.codec = ignored ? (linear.fp4 ? CodecKind::fp4_to_bf16 : CodecKind::fp8_to_bf16)
+                       : (linear.fp4 ? CodecKind::fp4_to_int8 : CodecKind::fp8_to_int8);
+  task.inputs = {linear.weight->spec.name, linear.scale->spec.name};
+  if (ignored) {
+    task.outputs = {{linear.weight->spec.name, Dtype::BF16, {linear.out, linear.in}}};
+  } else {
+    task.outputs = {{linear.weight->spec.name, Dtype::I8, {linear.out, linear.in}},
+                    {linear.module + ".weight_scale", Dtype::F32, {linear.out, 1}}};
+  }
+  task.rows = linear.out;
+  task.cols = int(linear.in);
+  task.row_alignment = linear.fp4 ? 1 : kFp8Block; // an FP8 scale row covers 32 weight rows
+  task.rows_per_chunk = aligned(params.rows_per_chunk, task.row_alignment);
+  if (!linear.fp4) task.input_row_groups = {1, uint32_t(kFp8Block)};
+  task.shard = linear.weight->shard;
+  task.group = index;
+  return task;
+}
+
+Json quantization_config(const RecipeParams& params) {
+  return {{"quant_method", "w8a8_int8"},   {"activation_scheme", "dynamic"}, {"is_dynamic", true},
+          {"is_checkpoint_int8_serialized", true}, {"expert_dtype", "int8"}, {"ignore", params.ignore}};
+}
+
+} // namespace
+
+bool ignore_matches(const std::string& module, const std::vector<std::string>& ignore) {
+  for (const auto& entry : ignore) {
+    if (entry.empty()) continue;
+    for (size_t at = module.find(entry); at != std::string::npos; at = module.find(entry, at + 1)) {
+      const bool starts = at == 0 || module[at - 1] == '.';
+      const size_t end = at + entry.size();
+      const bool ends = entry.back() == '.' || end == module.size() || module[end] == '.';
+      if (starts && ends) return true;
+    }
+  }
+  return false;
+}
+
+std::string module_kind(const std::string& module) {
+  std::string kind;
+  size_t begin = 0;
+  while (begin <= module.size()) {
+    const size_t end = std::min(module.find('.', begin), module.size());
+    const std::string part = module.substr(begin, end - begin);
+    const bool number = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    if (!number && !(begin == 0 && part == "layers")) kind += (kind.empty() ? "" : ".") + part;
+    begin = end + 1;
+  }
+  return kind;
+}
+
+RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
+  const CheckpointView& source = inputs.source;
+  RecipePlan plan;
+  std::map<std::string, size_t> task_of_input; // source tensor -> task
+  std::set<size_t> shards;
+  for (const SourceTensor& tensor : source.tensors) {
+    const auto linear = find_linear(source, tensor);
+    if (!linear) continue;
+    const bool ignored = ignore_matches(linear->module, inputs.params.ignore);
+    for (const auto& input : {linear->weight->spec.name, linear->scale->spec.name}) task_of_input[input] = plan.tasks.size();
+    plan.tasks.push_back(linear_task(*linear, ignored, inputs.params, plan.tasks.size()));
+    shards.insert(tensor.shard);
+  }
+  plan.groups = plan.tasks.size();
+  // weight -> the re-encoded weight; scale -> weight_scale (INT8) or nothing (BF16).
+  const auto replace = [&](const SourceTensor& tensor) -> std::optional<std::vector<ShardEntry>> {
+    const auto it = task_of_input.find(tensor.spec.name);
+    if (it == task_of_input.end()) return std::nullopt;
+    const Task& task = plan.tasks[it->second];
+    if (tensor.spec.name == task.inputs[0]) return std::vector<ShardEntry>{task_output_entry(task, it->second, 0)};
+    if (task.outputs.size() == 2) return std::vector<ShardEntry>{task_output_entry(task, it->second, 1)};
+    return std::vector<ShardEntry>{};
+  };
+  plan_changed_shards(source, shards, replace, plan);
+  plan.config = source.config;
+  plan.config["quantization_config"] = quantization_config(inputs.params);
+  return plan;
+}
+
+namespace {
+
+struct KindTotals {
+  uint64_t tensors = 0, rows = 0, zero_rows = 0;
+  ChunkStats stats;
+};
+
+Json kinds_report(const RecipePlan& plan, std::span<const TaskTotals> totals, bool bf16) {
+  std::map<std::string, KindTotals> kinds;
+  for (size_t t = 0; t < plan.tasks.size(); ++t) {
+    const Task& task = plan.tasks[t];
+    const bool is_bf16 = task.codec == CodecKind::fp8_to_bf16 || task.codec == CodecKind::fp4_to_bf16;
+    if (is_bf16 != bf16) continue;
+    KindTotals& kind = kinds[module_kind(task.name)];
+    ++kind.tensors;
+    kind.rows += task.rows;
+    kind.zero_rows += totals[t].stats.zero_blocks;
+    kind.stats.merge(totals[t].stats);
+  }
+  Json out = Json::array();
+  for (const auto& [name, kind] : kinds) {
+    const double reference = kind.stats.reference_sq.to_double();
+    out.push_back({{"kind", name}, {"tensors", kind.tensors}, {"rows", kind.rows}, {"all_zero_rows", kind.zero_rows},
+                   {"rel_rms_error", reference > 0 ? std::sqrt(kind.stats.error_sq.to_double() / reference) : 0.0}});
+  }
+  return out;
+}
+
+} // namespace
+
+Json W8a8Int8Recipe::report(const RecipePlan& plan, const RecipeParams& params, std::span<const TaskTotals> totals) const {
+  Json report;
+  report["method"] = "int8-per-channel";
+  report["parameters"] = {{"weight", "I8 [out, in], symmetric, clamp [-127, 127], round half to even"},
+                          {"weight_scale", "F32 [out, 1] = row amax / 127 (all-zero row: 1.0)"},
+                          {"ignore", params.ignore}};
+  std::map<std::string, uint64_t> dtypes; // output tensors by dtype (changed shards)
+  for (const auto& [shard, entries] : plan.shards) {
+    for (const auto& entry : entries) ++dtypes[std::string(dtype_name(entry.spec.dtype))];
+  }
+  report["dtype_totals_changed_shards"] = dtypes;
+  report["int8"] = kinds_report(plan, totals, false);
+  report["bf16"] = kinds_report(plan, totals, true);
+  uint64_t zero_rows = 0;
+  for (const auto& t : totals) zero_rows += t.stats.zero_blocks;
+  report["all_zero_rows"] = zero_rows;
+  return report;
+}
+
+namespace {
+
+// model-0000i-of-0000N.safetensors for every i in 1..N, and nothing else.
+void audit_shard_set(const CheckpointView& output, const AuditCheck& check) {
+  const size_t count = output.shard_files.size();
+  for (size_t i = 0; i < count; ++i) {
+    const std::string expected = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, count);
+    check("shard set continuous and closed", output.shard_files[i] == expected, output.shard_files[i],
+          "expected " + expected);
+  }
+}
+
+// The planned names: the source's, with each INT8 linear's scale renamed weight_scale and
+// each BF16 linear's scale dropped.
+std::set<std::string> planned_names(const RecipePlan& plan, const CheckpointView& source) {
+  std::set<std::string> names;
+  for (const auto& t : source.tensors) {
+    if (!plan.shards.count(t.shard)) names.insert(t.spec.name);
+  }
+  for (const auto& [shard, entries] : plan.shards) {
+    for (const auto& entry : entries) names.insert(entry.spec.name);
+  }
+  return names;
+}
+
+void audit_key_diff(const RecipePlan& plan, const CheckpointView& source, const CheckpointView& output,
+                    const AuditCheck& check) {
+  const std::set<std::string> planned = planned_names(plan, source);
+  uint64_t missing = 0, extra = 0;
+  for (const auto& name : planned) missing += output.find(name) ? 0 : 1;
+  for (const auto& t : output.tensors) extra += planned.count(t.spec.name) ? 0 : 1;
+  check("key diff vs source", missing == 0 && extra == 0, "tensor names",
+        fmt::format("{} missing, {} extra", missing, extra));
+}
+
+void audit_linears(const RecipePlan& plan, const RecipeParams& params, const CheckpointView& output,
+                   const AuditCheck& check) {
+  for (const Task& task : plan.tasks) {
+    const SourceTensor* weight = output.find(task.outputs[0].name);
+    if (!weight) continue; // counted by the key diff
+    const bool ignored = ignore_matches(task.name, params.ignore);
+    if (ignored) {
+      check("ignore-matched linears BF16", weight->spec.dtype == Dtype::BF16, weight->spec.name,
+            fmt::format("is {}", dtype_name(weight->spec.dtype)));
+      continue;
+    }
+    check("no BF16 linear outside the ignore rules", weight->spec.dtype != Dtype::BF16, weight->spec.name,
+          "is BF16 but matches no ignore entry");
+  }
+  for (const auto& t : output.tensors) {
+    if (t.spec.dtype != Dtype::I8) continue;
+    const std::string module = t.spec.name.substr(0, t.spec.name.rfind('.'));
+    const SourceTensor* scale = output.find(module + ".weight_scale");
+    const bool paired = scale && scale->spec.dtype == Dtype::F32 && t.spec.shape.size() == 2 &&
+                        scale->spec.shape == std::vector<uint64_t>{t.spec.shape[0], 1};
+    check("I8 weights paired with F32 [out, 1] scales", paired, t.spec.name,
+          scale ? fmt::format("its weight_scale is {} {}", dtype_name(scale->spec.dtype), shape_text(scale->spec.shape))
+                : "has no weight_scale");
+  }
+}
+
+} // namespace
+
+void W8a8Int8Recipe::audit(const RecipePlan& plan, const RecipeParams& params, const CheckpointView& source,
+                           const CheckpointView& output, const AuditCheck& check) const {
+  audit_shard_set(output, check);
+  audit_key_diff(plan, source, output, check);
+  audit_linears(plan, params, output, check);
+}
+
+} // namespace shardq

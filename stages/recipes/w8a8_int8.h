@@ -1,0 +1,39 @@
+// Product w8a8-int8 (seed 003): every quantized linear of the source (FP8 32x32 blocks,
+// FP4 experts) dequantized exactly and re-quantized to symmetric per-channel INT8
+// (`weight` I8 [out, in], `weight_scale` F32 [out, 1]); modules matched by the job's
+// ignore list become BF16; everything else (Engram tables, embeddings, head, norms, router
+// gates, ...) is copied byte for byte.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "stages/recipes/recipe.h"
+
+namespace shardq {
+
+class W8a8Int8Recipe : public Recipe {
+ public:
+  std::string_view name() const override { return "w8a8-int8"; }
+  RecipePlan plan(const RecipeInputs& inputs) const override;
+  nlohmann::ordered_json report(const RecipePlan& plan, const RecipeParams& params,
+                                std::span<const TaskTotals> totals) const override;
+  // The model card's layout audit: shard set continuous and closed, key diff vs source,
+  // every I8 weight paired with an F32 [out, 1] scale, ignore-matched linears BF16, Engram
+  // tables byte-identical (checked by the engine's copies), no BF16 linear outside the
+  // ignore rules.
+  void audit(const RecipePlan& plan, const RecipeParams& params, const CheckpointView& source,
+             const CheckpointView& output, const AuditCheck& check) const override;
+};
+
+// Whether module `name` (a tensor name without its .weight) matches an ignore entry: the
+// entry occurs in the dotted name on component boundaries ("attn.wkv" matches
+// "layers.3.attn.wkv" but not "layers.3.attn.compressor.wkv"; "vision." matches every
+// module under vision).
+bool ignore_matches(const std::string& module, const std::vector<std::string>& ignore);
+
+// The kind of a module for the report: its name without layer and expert numbers and
+// without the leading "layers." (layers.3.ffn.experts.7.w1 -> ffn.experts.w1).
+std::string module_kind(const std::string& module);
+
+} // namespace shardq

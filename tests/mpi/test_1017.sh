@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The nvfp4-1017 product on the fixture (source dsv41-mini, reference dsv41-mini-ref-nvfp4):
+#  1. -np 1, -np 4 and -np 4 with write_mode direct give the same bytes, with chunks small
+#     enough that an expert's rows span several chunks (its w1+w3 reduction crosses chunks
+#     and ranks);
+#  2. `shardq verify` passes (experts bit-exact, Engram bytes and cosine, index closed,
+#     layout equal to the reference) and prints its table;
+#  3. the Engram MXFP4 tables equal the reference's (NVIDIA's rule) byte for byte;
+#  4. keep_mtp = false re-encodes the MTP experts too, and verify still passes.
+# shellcheck source=../resume/lib.sh
+source "$(dirname "$0")/../resume/lib.sh"
+
+JOB1017="$SHARDQ_SOURCE_DIR/jobs/demo-1017-nvfp4.toml"
+make_fixture "$WORK/src"
+"$SHARDQ_BIN" fixture --preset dsv41-mini-ref-nvfp4 --out "$WORK/ref" --engram-vocab 600 >/dev/null
+COMMON=(--src "$WORK/src" --set "quant.input_scales_from=\"$WORK/ref\"" --set run.rows_per_chunk=96)
+
+run_shardq 1 "$WORK/np1.log" "$JOB1017" "${COMMON[@]}" --dst "$WORK/np1" || fail "-np 1: $(tail -3 "$WORK/np1.log")"
+run_shardq 4 "$WORK/np4.log" "$JOB1017" "${COMMON[@]}" --dst "$WORK/np4" || fail "-np 4: $(tail -3 "$WORK/np4.log")"
+run_shardq 4 "$WORK/np4d.log" "$JOB1017" "${COMMON[@]}" --set 'run.write_mode="direct"' --dst "$WORK/np4d" ||
+  fail "-np 4 direct: $(tail -3 "$WORK/np4d.log")"
+same_output "$WORK/np1" "$WORK/np4"
+same_output "$WORK/np1" "$WORK/np4d"
+echo "same bytes on 1 and 4 ranks, owner and direct writes"
+
+"$SHARDQ_BIN" verify --src "$WORK/src" --dst "$WORK/np1" >"$WORK/verify.log" || { cat "$WORK/verify.log"; fail "verify failed"; }
+grep -Eq '^experts bit-exact +384 +0' "$WORK/verify.log" || { cat "$WORK/verify.log"; fail "verify did not check the 384 experts"; }
+grep -Eq '^layout equal to the reference +[0-9]+ +0' "$WORK/verify.log" || { cat "$WORK/verify.log"; fail "no layout check"; }
+cat "$WORK/verify.log"
+
+python3 - "$WORK/ref" "$WORK/np1" <<'PY'
+import json, struct, sys
+def tensor(folder, name):
+    shard = json.load(open(f"{folder}/model.safetensors.index.json"))["weight_map"][name]
+    with open(f"{folder}/{shard}", "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        entry = json.loads(f.read(n))[name]
+        f.seek(8 + n + entry["data_offsets"][0])
+        return f.read(entry["data_offsets"][1] - entry["data_offsets"][0])
+for layer in (1, 14):
+    for part in ("weight", "scale"):
+        name = f"layers.{layer}.engram.embed.{part}"
+        assert tensor(sys.argv[1], name) == tensor(sys.argv[2], name), f"{name} differs from the reference's"
+print("Engram MXFP4 tables equal the reference's byte for byte")
+PY
+
+run_shardq 2 "$WORK/mtp.log" "$JOB1017" "${COMMON[@]}" --set quant.keep_mtp=false --dst "$WORK/mtp" || fail "keep_mtp=false: $(tail -3 "$WORK/mtp.log")"
+"$SHARDQ_BIN" verify --src "$WORK/src" --dst "$WORK/mtp" >"$WORK/verify-mtp.log" || { cat "$WORK/verify-mtp.log"; fail "verify failed (keep_mtp=false)"; }
+grep -q '"mtp.0.ffn.experts.0.w1.weight_scale_2"' "$WORK/mtp/model.safetensors.index.json" || fail "keep_mtp=false left the MTP experts as they were"
+grep -q '"mtp.0.ffn.experts.0.w1.weight_scale_2"' "$WORK/np1/model.safetensors.index.json" && fail "keep_mtp=true re-encoded the MTP experts"
+echo "PASS: nvfp4-1017 on 1 and 4 ranks, verified, Engram equal to the reference, keep_mtp both ways"

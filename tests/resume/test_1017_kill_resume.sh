@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# nvfp4-1017 killed (kill -9 at a crash point, or of the whole mpirun tree at a wall-clock
+# instant) in every stage: expert reductions, encode chunks, checkpoint saves, shard
+# finalization, index, config (with hf_quant_config.json) and report; each time the same
+# command resumes, on 1 or 2 ranks. The end result is byte-identical to an uninterrupted run.
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+JOB1017="$SHARDQ_SOURCE_DIR/jobs/demo-1017-nvfp4.toml"
+make_fixture "$WORK/src"
+"$SHARDQ_BIN" fixture --preset dsv41-mini-ref-nvfp4 --out "$WORK/ref" --engram-vocab 600 >/dev/null
+ARGS=("$JOB1017" --src "$WORK/src" --set "quant.input_scales_from=\"$WORK/ref\"" --set run.rows_per_chunk=64)
+run_shardq 0 "$WORK/ref.log" "${ARGS[@]}" --dst "$WORK/uninterrupted" || fail "uninterrupted run: $(tail -3 "$WORK/ref.log")"
+
+DST="$WORK/out"
+export SHARDQ_TEST_CHUNK_DELAY_MS=2
+kills=0
+for spec in reduce:40 reduce:200 quantize:30 save:2 quantize:200 wall:1.5 save:3 finalize:1 finalize:1 index:1 config:1 report:1; do
+  np=$((kills % 3))
+  rc=0
+  if [[ $spec == wall:* ]]; then
+    # shellcheck disable=SC2046
+    $(shardq_cmd "$np" "${ARGS[@]}" --dst "$DST") >"$WORK/$kills.log" 2>&1 &
+    pid=$!
+    STARTED_PIDS+=("$pid")
+    sleep "${spec#wall:}"
+    kill_tree "$pid"
+    wait "$pid" || rc=$?
+  else
+    SHARDQ_CRASH_AT=$spec run_shardq "$np" "$WORK/$kills.log" "${ARGS[@]}" --dst "$DST" || rc=$?
+  fi
+  grep -q "shardq: error" "$WORK/$kills.log" && fail "$spec: the run failed instead of being killed: $(grep 'shardq: error' "$WORK/$kills.log")"
+  echo "kill at $spec on $np ranks (0 = no mpirun): exit $rc"
+  ((rc != 0)) && kills=$((kills + 1))
+  sleep 0.2 # the killed ranks' ends
+done
+((kills >= 8)) || fail "only $kills of the planned kills happened"
+run_shardq 2 "$WORK/final.log" "${ARGS[@]}" --dst "$DST" || fail "final resume: $(tail -3 "$WORK/final.log")"
+same_output "$WORK/uninterrupted" "$DST"
+echo "PASS: nvfp4-1017 resumed to identical bytes after $kills kills"
