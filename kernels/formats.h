@@ -1,4 +1,4 @@
-// Every numeric format shardq reads or writes, described once (ref/FORMATS.md).
+// Every numeric format shardq reads or writes, described once (docs/formats.md).
 // The scalar functions here are the truth; SIMD and CUDA paths are tested against them.
 #pragma once
 
@@ -37,7 +37,7 @@ constexpr uint8_t e2m1_index(float a, E2M1Rounding mode) {
 }
 
 // Nibble = sign << 3 | index, sign = (x < 0): a small negative that rounds to zero is
-// 0x8, while -0.0 gives 0x0 (FORMATS.md "Element").
+// 0x8, while -0.0 gives 0x0 (docs/formats.md "Element rounding").
 constexpr uint8_t e2m1_from_float(float x, E2M1Rounding mode = E2M1Rounding::nearest_even) {
   const uint8_t sign = x < 0.0f ? 0x8 : 0x0;
   return sign | e2m1_index(x < 0.0f ? -x : x, mode);

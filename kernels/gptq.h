@@ -1,4 +1,4 @@
-// GPTQ error feedback for NVFP4 rows of one Engram hash column (GPTQ.md "Quantizing a
+// GPTQ error feedback for NVFP4 rows of one Engram hash column (docs/gptq.md "Quantizing
 // batch of rows"): lazy blocks of B columns, per-16 scale chosen on fully updated values at
 // each group start (choose_and_quantize_block_nvfp4), one lazy-batch product per block.
 //

@@ -60,7 +60,7 @@ void quantize_block_nvfp4(const float* x, uint8_t scale_code, float global_scale
 double sum_block_fp64(const double* terms);
 float sum_block_fp32(const float* terms);
 
-// The MSE search's error of 16 nibbles against x (FORMATS.md: fp64, so that no summation
+// The MSE search's error of 16 nibbles against x (docs/formats.md "MSE block-scale search": fp64, so that no summation
 // order can change the choice): terms (double(deq) - double(x))^2, sum_block_fp64.
 double block_error_nvfp4(const float* x, const uint8_t* nibbles, uint8_t scale_code, float global_scale);
 

@@ -20,6 +20,7 @@
 // then costs the per-chunk state, not every blob again. A generation whose blob file is
 // missing or holds other blobs (digest) is unusable.
 #include "pipeline/checkpoint.h"
+#include "pipeline/checkpoint_journal.h"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -887,6 +888,7 @@ void save_checkpoint(const fs::path& path, const CheckpointState& state, uint64_
   replace_file(
       path, [&](const fs::path& tmp) { write_generation(tmp, state, blobs_digest_value); },
       [&] { keep_previous(path); });
+  reset_journal(path, state.generation); // the base holds everything: later saves append to it
 }
 
 void set_aside_unusable_newest(const fs::path& path) {
@@ -901,7 +903,11 @@ std::optional<LoadResult> load_checkpoint(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec) && !fs::exists(prev, ec)) return std::nullopt;
   Attempt newest = try_read(path, path);
-  if (newest.state) return LoadResult{std::move(*newest.state), false, ""};
+  if (newest.state) {
+    std::string note;
+    replay_journal(path, *newest.state, note); // a journal for another base is ignored
+    return LoadResult{std::move(*newest.state), false, std::move(note)};
+  }
   Attempt previous = try_read(prev, path);
   if (previous.state) {
     std::string note = "newest generation unusable (" + newest.problem + "); using the previous one, " +

@@ -1,4 +1,4 @@
-// The run checkpoint (DESIGN.md "Checkpoint and resume"): one HDF5 file written whole by
+// The run checkpoint (docs/checkpoint.md): one HDF5 file written whole by
 // rank 0 at every save, crash-atomic, with the previous generation kept as a fallback.
 //
 // Files: <path> (newest), <path>.prev (the generation before), <path>.tmp (a save in
@@ -82,7 +82,8 @@ struct CheckpointState {
 struct LoadResult {
   CheckpointState state;
   bool fell_back = false; // the newest generation was missing or corrupt; .prev was used
-  std::string note;       // why it fell back (empty otherwise)
+  std::string note;       // why it fell back, or where the journal's replay stopped (a kill
+                          // mid-save); empty otherwise
 };
 
 // After load_checkpoint fell back to .prev: renames the unusable newest generation (if

@@ -14,6 +14,7 @@
 #include "pipeline/commands.h"
 #include "pipeline/io/config.h"
 #include "pipeline/pipeline_error.h"
+#include "pipeline/fixture_content.h"
 #include "pipeline/plan.h"
 #include "stages/engram_layout.h"
 #include "stages/amax.h"
@@ -25,12 +26,8 @@ namespace {
 
 constexpr uint64_t kAmaxRows = 65536;
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// splitmix64: its golden-ratio step, then the fixture's finalizer.
+uint64_t splitmix64(uint64_t x) { return fixture::mix64(x + 0x9E3779B97F4A7C15ull); }
 
 std::vector<std::string> split_methods(const std::string& text) {
   std::vector<std::string> methods;

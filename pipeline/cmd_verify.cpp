@@ -206,8 +206,8 @@ Job verify_job(const VerifyArgs& args) {
 // Index closed: every shard it names is present and whole (its header matches its size),
 // and every tensor of every shard is named once, in the shard that holds it.
 void verify_index(const Plan& plan, Audit& audit) {
-  const auto index = io::read_json_object(plan.dst / kIndexFile);
-  audit.check("index as planned", index == output_index(plan), kIndexFile, "differs from the plan");
+  const auto index = io::read_json_object(plan.dst / io::kIndexFileName);
+  audit.check("index as planned", index == output_index(plan), std::string(io::kIndexFileName), "differs from the plan");
   const auto& weight_map = index["weight_map"];
   std::set<std::string> files;
   for (const auto& [name, file] : weight_map.items()) files.insert(file.get<std::string>());
@@ -363,7 +363,7 @@ void verify_reference_layout(const Plan& plan, const Job& job, Audit& audit) {
   const auto skipped = [&](const std::string& name) { return !job.keep_mtp && name.rfind("mtp.", 0) == 0 && name.find(".ffn.experts.") != std::string::npos; };
   std::set<std::string> output_names;
   std::map<std::string, std::unique_ptr<io::Reader>> readers; // per output shard, opened once
-  const auto index = io::read_json_object(plan.dst / kIndexFile);
+  const auto index = io::read_json_object(plan.dst / io::kIndexFileName);
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (skipped(name)) continue;
     output_names.insert(name);

@@ -182,6 +182,7 @@ void Coordinator::on_reduce(const ReduceResult& result) {
   auto& record = state_.tasks[task].reductions[size_t(result.chunk)];
   record.done = 1;
   record.value = result.value;
+  changes_.reductions.emplace_back(uint32_t(task), uint64_t(result.chunk));
   const size_t group = plan_.tasks()[task].group;
   if (--group_pending_[group] == 0) {
     group_reduced_[group] = 1;
@@ -212,6 +213,7 @@ void Coordinator::on_factor(const Message& message) {
     state_.blobs.push_back({gram_blob_name(set), shape, std::move(gram)});
     state_.blobs.push_back({factor_blob_name(set), shape, std::move(upper)});
     blobs_digest_ = blobs_digest(state_.blobs);
+    base_due_ = true;
     partial_factors_.erase(header.set);
     save(true);
     crash_point("factors");
@@ -227,6 +229,7 @@ void Coordinator::on_chunk_done(const ChunkResult& result) {
   record.checksum = result.checksum;
   record.stats = result.stats;
   record.seconds = result.seconds;
+  changes_.chunks.emplace_back(uint32_t(result.task), uint64_t(result.chunk));
   progress_.add(plan_.tasks()[size_t(result.task)].chunk_rows(uint64_t(result.chunk)));
   dirty_ = true;
   crash_point("quantize");
@@ -280,7 +283,7 @@ void Coordinator::finalize_ready_shards() {
 void Coordinator::finish_run() {
   if (!is_finished("index")) {
     crash_point("index");
-    io::write_json_file(plan_.dst / kIndexFile, output_index(plan_));
+    io::write_json_file(plan_.dst / io::kIndexFileName, output_index(plan_));
     mark_finished("index");
   }
   if (!is_finished("config")) {
@@ -310,7 +313,17 @@ void Coordinator::save(bool force) {
   state_.elapsed_seconds = elapsed_before_ + std::chrono::duration<double>(now - start_).count();
   ++state_.generation;
   state_.updated_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  save_checkpoint(checkpoint_path_, state_, blobs_digest_);
+  if (base_due_) {
+    save_checkpoint(checkpoint_path_, state_, blobs_digest_);
+    base_bytes_ = std::filesystem::file_size(checkpoint_path_);
+    journal_bytes_ = 0;
+    base_due_ = false;
+  } else {
+    journal_bytes_ = append_journal(checkpoint_path_, state_, changes_);
+    base_due_ = journal_bytes_ > base_bytes_;
+  }
+  changes_ = CheckpointChanges{};
+  changes_.finished_from = state_.finished.size();
   crash_point("save");
   dirty_ = false;
   last_save_ = std::chrono::steady_clock::now();

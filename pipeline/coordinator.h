@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pipeline/checkpoint.h"
+#include "pipeline/checkpoint_journal.h"
 #include "pipeline/link.h"
 #include "pipeline/output_files.h"
 #include "pipeline/plan.h"
@@ -80,6 +81,11 @@ class Coordinator {
   bool ended_ = false;
   bool dirty_ = false;
   uint64_t blobs_digest_ = 0; // blobs_digest(state_.blobs), kept as they change
+  // Saves append what changed to the journal; a whole base is written first, when blobs
+  // change, and once the journal outgrows the base (so a save costs what changed).
+  CheckpointChanges changes_;
+  bool base_due_ = true;
+  uint64_t base_bytes_ = 0, journal_bytes_ = 0;
   std::chrono::steady_clock::time_point last_save_;
   double last_save_seconds_ = 0;
   double elapsed_before_ = 0;

@@ -1,4 +1,4 @@
-// A job file (DESIGN.md "Job files"): TOML, every key known, overridable with --set.
+// A job file (README.md "Job files"): TOML, every key known, overridable with --set.
 #pragma once
 
 #include <cstdint>

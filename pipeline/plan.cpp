@@ -98,7 +98,7 @@ std::vector<std::string> unlisted_files(const Plan& plan) {
   for (const auto& entry : std::filesystem::directory_iterator(plan.src)) {
     const std::string name = entry.path().filename().string();
     const bool shard = std::find(plan.source.shard_files.begin(), plan.source.shard_files.end(), name) != plan.source.shard_files.end();
-    const bool rewritten = name == kIndexFile || name == kConfigFile ||
+    const bool rewritten = name == io::kIndexFileName || name == kConfigFile ||
                            std::any_of(plan.recipe_plan.side_files.begin(), plan.recipe_plan.side_files.end(),
                                        [&](const auto& side) { return side.first == name; });
     if (entry.is_regular_file() && !shard && !rewritten) files.push_back(name);
@@ -134,7 +134,7 @@ const io::TensorInfo& ShardPlan::planned(const std::string& name) const {
 
 CheckpointView read_checkpoint_view(const std::filesystem::path& dir, nlohmann::ordered_json* index_out) {
   if (!std::filesystem::is_directory(dir)) throw PipelineError(fmt::format("{}: checkpoint folder not found", dir.string()));
-  const auto index_path = dir / kIndexFile;
+  const auto index_path = dir / io::kIndexFileName;
   CheckpointView view;
   view.dir = dir;
   const nlohmann::ordered_json index = io::read_json_object(index_path);

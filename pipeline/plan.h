@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipeline/io/index.h"
 #include "pipeline/io/safetensors.h"
 #include "pipeline/job.h"
 #include "stages/recipes/recipe.h"
@@ -19,7 +20,6 @@
 
 namespace shardq {
 
-inline constexpr const char* kIndexFile = "model.safetensors.index.json";
 inline constexpr const char* kConfigFile = "config.json";
 
 struct ShardPlan {

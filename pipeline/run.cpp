@@ -68,7 +68,7 @@ void link_unchanged(const Plan& plan) {
 }
 
 bool output_complete(const Plan& plan, const std::optional<LoadResult>& loaded) {
-  if (!std::filesystem::exists(plan.dst / kIndexFile)) return false;
+  if (!std::filesystem::exists(plan.dst / io::kIndexFileName)) return false;
   // Without a checkpoint, the report (written last) tells a finished output from one
   // killed while writing index, config and report.
   if (!loaded) return std::filesystem::exists(plan.dst / plan.report_file());
@@ -82,7 +82,7 @@ void remove_outputs(const Plan& plan) {
     std::filesystem::remove(plan.dst / shard.file);
     std::filesystem::remove(plan.dst / (shard.file + ".partial"));
   }
-  for (const std::string& file : {std::string(kIndexFile), std::string(kConfigFile), plan.report_file()}) {
+  for (const std::string& file : {std::string(io::kIndexFileName), std::string(kConfigFile), plan.report_file()}) {
     std::filesystem::remove(plan.dst / file);
   }
   for (const auto& side : plan.recipe_plan.side_files) std::filesystem::remove(plan.dst / side.first);
@@ -140,6 +140,8 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   if (loaded && loaded->fell_back) {
     spdlog::warn("{}", loaded->note);
     set_aside_unusable_newest(checkpoint_path);
+  } else if (loaded && !loaded->note.empty()) {
+    spdlog::info("{}", loaded->note); // a save cut short by the kill: its chunks are redone
   }
   const std::string mismatch = loaded ? fingerprint_mismatch(loaded->state, plan.fingerprint) : "";
   if (!args.force && output_complete(plan, loaded)) {
@@ -304,8 +306,8 @@ int run_job(const RunArgs& args) {
     return kExitError;
   }
   outputs.open_mine();
-  spdlog::info("{}: {} ranks, method {}, {} tasks, {} rows per chunk, write mode {}", job.recipe, link.size(), job.method,
-               plan.tasks().size(), job.rows_per_chunk, job.write_mode);
+  spdlog::info("{}: {} ranks, {} tasks, {} rows per chunk, write mode {}", job.recipe, link.size(), plan.tasks().size(),
+               job.rows_per_chunk, job.write_mode);
 
   Worker worker(plan, outputs, link.rank());
   std::unique_ptr<Coordinator> coordinator;

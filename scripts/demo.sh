@@ -2,7 +2,8 @@
 # The demo: installs what is missing, builds, makes the miniature DeepSeek-V4.1 fixture,
 # runs the Engram NVFP4 job (gptq-mse) on 4 MPI ranks, interrupts it once, resumes it to
 # the end and shows the report; then the 1017-NVFP4 job (experts transcoded, Engram to
-# MXFP4, input scales from the reference fixture) on 4 ranks, verified.
+# MXFP4, input scales from the reference fixture) and the W8A8 INT8 job on 4 ranks, each
+# verified, and a short summary of every report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -44,11 +45,17 @@ if [ "$code" = 75 ]; then
   "$shardq" status "$checkpoint"
 fi
 "$shardq" verify --src out/demo/dsv41-mini --dst out/demo/dsv41-mini-nvfp4-engram
-echo "== report: out/demo/dsv41-mini-nvfp4-engram/engram-nvfp4.json"
-cat out/demo/dsv41-mini-nvfp4-engram/engram-nvfp4.json
+summaries=(out/demo/dsv41-mini-nvfp4-engram/engram-nvfp4.json)
 
 echo "== nvfp4-1017 on 4 ranks (reference: out/demo/dsv41-mini-ref-nvfp4)"
 time mpirun -np 4 "$shardq" run jobs/demo-1017-nvfp4.toml
 "$shardq" verify --src out/demo/dsv41-mini --dst out/demo/dsv41-mini-1017-nvfp4 jobs/demo-1017-nvfp4.toml
-echo "== report: out/demo/dsv41-mini-1017-nvfp4/nvfp4-1017.json"
-cat out/demo/dsv41-mini-1017-nvfp4/nvfp4-1017.json
+summaries+=(out/demo/dsv41-mini-1017-nvfp4/nvfp4-1017.json)
+
+echo "== w8a8-int8 on 4 ranks"
+time mpirun -np 4 "$shardq" run jobs/demo-w8a8-int8.toml
+"$shardq" verify --src out/demo/dsv41-mini --dst out/demo/dsv41-mini-w8a8-int8 jobs/demo-w8a8-int8.toml
+summaries+=(out/demo/dsv41-mini-w8a8-int8/w8a8-int8.json)
+
+echo "== summary"
+for report in "${summaries[@]}"; do python3 scripts/report_summary.py "$report"; done

@@ -73,7 +73,7 @@ EngramLayout::EngramLayout(EngramConfig config) : config_(std::move(config)) {
           "engram_num_embeddings has " + std::to_string(config_.num_embeddings.size()) + " entries, expected " +
               std::to_string(config_.layer_ids.size()) + " (one per engram_layer_ids entry)");
   // 'seen' is shared across layers in order, so the second layer's primes continue past
-  // the first layer's (DSV41.md).
+  // the first layer's (docs/formats.md "Prime layout").
   std::set<uint64_t> seen;
   for (int layer : config_.layer_ids) {
     require(std::count(config_.layer_ids.begin(), config_.layer_ids.end(), layer) == 1,

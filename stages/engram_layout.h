@@ -1,4 +1,4 @@
-// The Engram prime layout (ref/DSV41.md "Rows belong to hash columns"): which rows of an
+// The Engram prime layout (docs/formats.md "Prime layout"): which rows of an
 // Engram table belong to which of the (max_ngram_size - 1) * n_heads hash columns.
 #pragma once
 

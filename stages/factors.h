@@ -1,6 +1,6 @@
 // Stage `factors`: the GPTQ Hessian proxy of one Engram hash column and its factor
-// (GPTQ.md "Hessian proxy and factor"). H_c = W_c^T W_c with W_c the 256 columns of the
-// layer's dequantized wkv that read hash column c (DSV41.md "Forward pass").
+// (docs/gptq.md "Hessian proxy and factor"). H_c = W_c^T W_c with W_c the 256 columns of the
+// layer's dequantized wkv that read hash column c (docs/gptq.md "Why W_c").
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // model.safetensors.index.json: {"metadata": {"total_size": N, ...}, "weight_map": {tensor: shard}}.
 // Shard names come from untrusted files and are joined to a folder, so each must be a plain
-// file name: never absolute, never with '/', '\\' or '..' (RELIABILITY.md "Untrusted checkpoints").
+// file name: never absolute, never with '/', '\\' or '..' (docs/formats.md "Untrusted input").
 #pragma once
 
 #include <cstdint>

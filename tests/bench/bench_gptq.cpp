@@ -4,7 +4,7 @@
 // GPTQ iterations (this 2-core VM's speed drifts by +-30% over seconds: a reference taken
 // once, before, made the ratio drift with it).
 // Flop count used: 2 * 32,640 flops per row = every column j updates the 255 - j later
-// columns once (sum = 256 * 255 / 2 FMAs, GPTQ.md "Cost": ~33K FMA per row), counting an
+// columns once (sum = 256 * 255 / 2 FMAs, docs/gptq.md "Cost": ~33K FMA per row), counting an
 // FMA as 2 flops; the quantization itself and the stats are not counted. The kernel runs as
 // the quantize stage calls it (GptqSums::counters_only: the stage sums errors per row).
 #include <benchmark/benchmark.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the tracked seed files of tests/fuzz/corpus: a few valid shards and one of each
-malformed kind the parser must refuse (RELIABILITY.md "Untrusted checkpoints")."""
+malformed kind the parser must refuse (docs/formats.md "Untrusted input")."""
 import json
 import pathlib
 import struct

@@ -2,7 +2,7 @@
 
 Makes the dsv41-mini fixture, runs `shardq run` with rtn, mse and rtn + write_mode direct,
 and checks every output against the source with arithmetic written here from
-ref/FORMATS.md (nothing is taken from the tool's own code):
+docs/formats.md (nothing is taken from the tool's own code):
 
 - every tensor outside the Engram tables is byte-identical to the source;
 - the dequantized tables are within the NVFP4 bound of the source, element by element;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Determinism (DESIGN.md "Distribution"): the demo job gives the same bytes and the same
+# Determinism (docs/design.md "Determinism"): the demo job gives the same bytes and the same
 # report figures whatever the rank count (-np 1, 2, 4), the chunk size and the write mode.
 # Compared: sha256 of every output file except the report (and the run's own .shardq/
 # checkpoint folder), and the report's method, parameters and per-table figures without

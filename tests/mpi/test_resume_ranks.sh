@@ -16,7 +16,7 @@ resume_case() {
   for crash in "$@"; do
     if [[ $crash == quantize:* ]]; then # at most the chunks still to do (a fast machine did more)
       local left
-      left=$(pending_count "$dst/.shardq/checkpoint.h5" /chunks/state)
+      left=$(pending_count "$dst/.shardq/checkpoint.h5" chunks)
       ((left > 0)) || continue
       crash="quantize:$((left < ${crash#quantize:} ? left : ${crash#quantize:}))"
     fi

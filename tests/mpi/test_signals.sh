@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Stop signals on 4 ranks (DESIGN.md "Checkpoint and resume"; RELIABILITY.md "Slurm and
-# signals"). SIGTERM, SIGINT and SIGUSR1, each:
+# Stop signals on 4 ranks (docs/checkpoint.md "Signals and exit 75"; docs/cluster.md "Signals
+# and launchers"). SIGTERM, SIGINT and SIGUSR1, each:
 #   - delivered to every rank (what srun does): all ranks stop taking work, rank 0
 #     flushes the checkpoint, every rank exits 75 and mpirun passes 75 on, within 10 s;
 #   - SIGUSR1 to mpirun: Open MPI forwards it to the ranks; same result, mpirun exits 75;

@@ -21,7 +21,7 @@ m = a["methods"]
 assert set(m) == {"rtn", "mse", "gptq", "gptq-mse"}, m.keys()
 assert a["sample"] == 2400 and len(m["rtn"]["per_column"]) == 24
 assert a["anisotropy"]["median"] >= 30, a["anisotropy"]["median"]
-# GPTQ.md: on an anisotropic W the weighted error is clearly below the row quantizer's.
+# docs/gptq.md "What the tests hold": on an anisotropic W the weighted error is clearly below the row quantizer's.
 assert m["gptq"]["weighted_rel_error"] < 0.7 * m["rtn"]["weighted_rel_error"], m
 assert m["gptq-mse"]["weighted_rel_error"] < 0.7 * m["mse"]["weighted_rel_error"], m
 # The MSE search never loses to the amax rule on plain error, and shrinks a share of scales.

@@ -102,36 +102,19 @@ run_shardq() {
   return $rc
 }
 
-# h5_values CHECKPOINT DATASET: the values of a 1-D dataset, one a line, read with
-# h5dump (an independent reader of the checkpoint).
-h5_values() {
-  h5dump -d "$2" -y -w0 "$1" |
-    awk '/DATA \{/{data=1; next} data && /\}/{data=0} data { gsub(/[ ,]+/, " "); n = split($0, v, " ");
-      for (i = 1; i <= n; ++i) print v[i] }'
-}
+# The checkpoint's records as an independent reader sees them: the HDF5 base through
+# h5dump, then the journal replayed (tests/resume/checkpoint_records.py).
+checkpoint_records() { python3 "$SHARDQ_SOURCE_DIR/tests/resume/checkpoint_records.py" "$@"; }
 
-# done_chunks CHECKPOINT: "T I" for every chunk the checkpoint records done (task T,
-# chunk I; the chunk records are concatenated over tasks, /tasks/chunks counts them).
-done_chunks() {
-  local ckpt=$1
-  [[ -f "$ckpt" ]] || ckpt="$ckpt.prev"
-  [[ -f "$ckpt" ]] || return 0
-  paste -d' ' <(h5_values "$ckpt" /tasks/chunks | awk '{for (i = 0; i < $1; ++i) print NR - 1, i}') \
-    <(h5_values "$ckpt" /chunks/state) | awk '$3 == 1 {print $1, $2}'
-}
+# done_chunks CHECKPOINT: "T I" for every chunk the checkpoint records done (task T, chunk I).
+done_chunks() { checkpoint_records "$1" done; }
 
-# pending_count CHECKPOINT DATASET: how many entries of DATASET (/chunks/state,
-# /reductions/done) are 0; 0 while there is no checkpoint yet.
-pending_count() {
-  [[ -f "$1" ]] || { echo 0; return; }
-  h5_values "$1" "$2" | awk '$1 == 0 {z++} END {print z + 0}'
-}
+# pending_count CHECKPOINT chunks|reductions: how many records are not done; 0 while there
+# is no checkpoint yet.
+pending_count() { checkpoint_records "$1" pending "$2"; }
 
 # finished_steps CHECKPOINT: the checkpoint's finished steps, one a line.
-finished_steps() {
-  h5dump -d /finished -y -w0 "$1" | awk '/DATA \{/{data=1; next} data && /^ *\}/{data=0} data' |
-    grep -o '"[^"]*"' | tr -d '"'
-}
+finished_steps() { checkpoint_records "$1" finished; }
 
 # assigned_quantize LOG: "T I" for every quantize assignment rank 0 logged (SHARDQ_LOG=debug).
 assigned_quantize() {

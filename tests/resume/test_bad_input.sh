@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bad input to `shardq run` (DESIGN.md "CLI": one clear message, non-zero exit, no output
+# Bad input to `shardq run` (docs/design.md "Bad input": one clear message, non-zero exit, no output
 # that claims to be complete):
 #  1. a NaN E4M3 code (0x7F, 0xFF) or a NaN E8M0 scale (0xFF) in an Engram table: the error
 #     names tensor, row and column; no changed shard under its final name, no index;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Which checkpoints a run accepts (DESIGN.md "Checkpoint and resume", RELIABILITY.md
-# "Checkpoints"):
+# Which checkpoints a run accepts (docs/checkpoint.md "Fingerprint and resume rules",
+# "Atomic saves"):
 #   - one of another job (other method, other source) is refused, naming the field;
 #   - a truncated or bit-flipped newest generation falls back to .prev and says so, as
 #     does a missing newest one; the resumed output is still the uninterrupted bytes;
@@ -29,9 +29,14 @@ expect_refusal() { # LOG PATTERN...: the run failed and its message holds every 
   echo "refused: $(grep -o 'shardq: error: .*' "$log" | cut -c1-220)"
 }
 
-# Interrupted after some chunks are recorded (paced: saves come every 0.5 s).
-SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/crash1.log" "${ARGS[@]}" && fail "the crash did not happen"
+# Interrupted twice after some chunks are recorded (paced: saves come every 0.5 s). Each run
+# starts with a whole save (the base) and then journals its changes: after the second run
+# the first run's base is kept as PATH.prev.
+for attempt in 1 2; do
+  SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/crash$attempt.log" "${ARGS[@]}" && fail "the crash did not happen"
+done
 (($(done_chunks "$CKPT" | wc -l) > 0)) || fail "no chunk recorded before the crash"
+[[ -s "$CKPT.journal" ]] || fail "the saves after the base left no journal"
 
 h5dump -H "$CKPT" >"$WORK/h5dump.txt" || fail "h5dump cannot read $CKPT"
 grep -q 'DATASET "state"' "$WORK/h5dump.txt" || fail "h5dump shows no chunk state"

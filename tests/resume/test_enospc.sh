@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A full disk (RELIABILITY.md "Durable writes"), on a small tmpfs mounted for the test
+# A full disk (docs/checkpoint.md "Durable output writes"), on a small tmpfs mounted for the test
 # (skipped where mounting is not permitted):
 #   1. too little room for the output shards: refused up front by the space reservation,
 #      naming the .partial path and the bytes needed; the same command succeeds once

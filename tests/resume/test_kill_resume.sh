@@ -44,8 +44,8 @@ pick_crash() {
   local wanted=$1
   local reduce_left=1 chunks_left=1
   if [[ -f "$CKPT" ]]; then
-    reduce_left=$(pending_count "$CKPT" /reductions/done)
-    chunks_left=$(pending_count "$CKPT" /chunks/state)
+    reduce_left=$(pending_count "$CKPT" reductions)
+    chunks_left=$(pending_count "$CKPT" chunks)
   fi
   case $wanted in
     reduce) ((reduce_left > 0)) && { echo "reduce:$(random_between 1 "$((reduce_left < 20 ? reduce_left : 20))")"; return; } ;;
@@ -115,7 +115,7 @@ wait_for_no_rank() {
 # however fast or loaded the machine. Too few chunks left: no wall-clock kill.
 wall_spec() {
   local chunks_left=$TOTAL_CHUNKS
-  [[ -f "$CKPT" ]] && chunks_left=$(pending_count "$CKPT" /chunks/state)
+  [[ -f "$CKPT" ]] && chunks_left=$(pending_count "$CKPT" chunks)
   ((chunks_left >= 32)) || return 0
   python3 -c "import sys; print(f'wall:{0.2 + int(sys.argv[1]) * $WALL_DELAY_MS / 2000 * int(sys.argv[2]) / 100:.2f}')" \
     "$chunks_left" "$(random_between 10 40)"

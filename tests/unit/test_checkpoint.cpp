@@ -1,5 +1,5 @@
 // The HDF5 run checkpoint: round trip, refusal of other jobs, and a complete generation
-// after any interrupted save, torn file or flipped byte (RELIABILITY.md "Checkpoints").
+// after any interrupted save, torn file or flipped byte (docs/checkpoint.md "Atomic saves", "Journal").
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -12,6 +12,7 @@
 #include <random>
 
 #include "pipeline/checkpoint.h"
+#include "pipeline/checkpoint_journal.h"
 
 using namespace shardq;
 namespace fs = std::filesystem;
@@ -441,4 +442,89 @@ TEST_F(CheckpointTest, OtherFormatVersionIsRefusedNamingBoth) {
     EXPECT_NE(what.find("reads version " + std::to_string(kCheckpointFormatVersion)), std::string::npos) << what;
     EXPECT_NE(what.find("--fresh"), std::string::npos) << what;
   }
+}
+
+// Between whole saves, a save appends only what changed to PATH.journal; a load replays it
+// onto the base, so the state reads back whole.
+TEST_F(CheckpointTest, JournalReplaysChangesOntoTheBase) {
+  CheckpointState state = some_state(1, 40);
+  save_checkpoint(path_, state);
+  const uint64_t base_size = fs::file_size(path_);
+  std::mt19937_64 rng(5);
+  for (uint64_t save = 0; save < 3; ++save) {
+    CheckpointChanges changes;
+    changes.finished_from = state.finished.size();
+    for (uint64_t c = save * 4; c < save * 4 + 4; ++c) {
+      state.tasks[0].chunks[c] = some_chunk(rng);
+      changes.chunks.emplace_back(0, c);
+    }
+    state.tasks[1].reductions[save] = {1, float(save) + 0.5f};
+    changes.reductions.emplace_back(1, save);
+    state.finished.push_back("shard:" + std::to_string(save));
+    state.generation += 1;
+    state.elapsed_seconds += 1.0;
+    append_journal(path_, state, changes);
+  }
+  EXPECT_EQ(fs::file_size(path_), base_size) << "an append rewrote the base";
+  EXPECT_LT(fs::file_size(journal_file(path_)), base_size / 4) << "12 chunk records cost more than a quarter of the base";
+  const auto loaded = load_checkpoint(path_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->note, "");
+  EXPECT_EQ(loaded->state, state);
+}
+
+// A kill mid-append leaves a torn last record: the records before it hold, the torn one
+// (a save that never completed) is dropped and said so. Damage inside a record the same.
+TEST_F(CheckpointTest, TornOrDamagedJournalRecordEndsTheReplay) {
+  CheckpointState state = some_state(1, 10);
+  save_checkpoint(path_, state);
+  CheckpointChanges first;
+  first.finished_from = state.finished.size();
+  state.tasks[0].chunks[0].state = kChunkDone;
+  first.chunks.emplace_back(0, 0);
+  state.generation = 2;
+  append_journal(path_, state, first);
+  const CheckpointState after_first = state;
+  const uint64_t first_end = fs::file_size(journal_file(path_));
+  CheckpointChanges second;
+  second.finished_from = state.finished.size();
+  state.tasks[0].chunks[1].state = kChunkDone;
+  second.chunks.emplace_back(0, 1);
+  state.generation = 3;
+  append_journal(path_, state, second);
+  const uint64_t second_end = fs::file_size(journal_file(path_));
+
+  fs::resize_file(journal_file(path_), second_end - 5); // torn
+  auto loaded = load_checkpoint(path_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->state, after_first);
+  EXPECT_NE(loaded->note.find("cut short or damaged"), std::string::npos) << loaded->note;
+
+  append_journal(path_, state, second);
+  flip_byte(journal_file(path_), first_end + 20); // inside the second record (now damaged)
+  loaded = load_checkpoint(path_);
+  EXPECT_EQ(loaded->state, after_first);
+}
+
+// A journal written for another base (the base was rewritten after it, or it belongs to a
+// newer base that was lost) is ignored whole: its records are in no state we hold.
+TEST_F(CheckpointTest, JournalOfAnotherBaseIsIgnored) {
+  CheckpointState state = some_state(1, 10);
+  save_checkpoint(path_, state);
+  CheckpointChanges changes;
+  CheckpointState changed = state;
+  changed.tasks[0].chunks[2].state = kChunkDone;
+  changed.generation = 2;
+  changes.chunks.emplace_back(0, 2);
+  append_journal(path_, changed, changes);
+  const fs::path journal = journal_file(path_);
+  const fs::path kept = dir_ / "kept.journal";
+  fs::copy_file(journal, kept);
+  changed.generation = 3;
+  save_checkpoint(path_, changed); // a new base (generation 3) and an empty journal
+  fs::copy_file(kept, journal, fs::copy_options::overwrite_existing); // the old base's journal
+  const auto loaded = load_checkpoint(path_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_EQ(loaded->state, changed);
+  EXPECT_EQ(loaded->note, "");
 }

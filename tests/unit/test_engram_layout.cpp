@@ -1,4 +1,4 @@
-// The Engram prime layout against the real DeepSeek-V4.1-Flash config (ref/DSV41.md).
+// The Engram prime layout against the real DeepSeek-V4.1-Flash config (docs/formats.md "Prime layout").
 #include <gtest/gtest.h>
 
 #include <set>

@@ -1,4 +1,4 @@
-// Every code of every small float decodes to the value FORMATS.md gives it.
+// Every code of every small float decodes to the value docs/formats.md "Small floats" gives it.
 #include <gtest/gtest.h>
 
 #include <cmath>

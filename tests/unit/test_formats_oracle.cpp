@@ -1,6 +1,6 @@
 // Our small-float conversions against an independent oracle: the CUDA toolkit's host-side
 // converters (cuda_fp8.hpp / cuda_fp4.hpp compiled by the host compiler, no GPU needed).
-// Where FORMATS.md deliberately differs from the oracle, exactly those inputs are excluded
+// Where docs/formats.md deliberately differs from the oracle, exactly those inputs are excluded
 // from the sweep and our behaviour is pinned with explicit asserts below.
 #include <gtest/gtest.h>
 
@@ -91,7 +91,7 @@ uint8_t oracle_e8m0(float x, E8M0Rounding mode) {
   return __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, mode == E8M0Rounding::toward_zero ? cudaRoundZero : cudaRoundPosInf);
 }
 
-// Documented differences (FORMATS.md): E4M3 NaN keeps its sign bit (oracle: 0x7F always);
+// Documented differences (docs/formats.md "Checked against an independent oracle"): E4M3 NaN keeps its sign bit (oracle: 0x7F always);
 // E2M1 sign = (x < 0), so -0.0 gives 0x0 (oracle: 0x8).
 bool e4m3_documented_difference(uint32_t bits) { return is_nan_bits(bits) && (bits >> 31); }
 bool e2m1_documented_difference(uint32_t bits) { return bits == 0x80000000u; }

@@ -323,7 +323,7 @@ struct AnisotropicCase {
 // (b) every lazy width B and the unbatched reference agree. Each element receives its
 // updates as one ascending chain of fused multiply-adds whatever B is, so every width
 // gives the unbatched fp32 reference's bytes exactly: no differing codes, the same
-// weighted error (GPTQ.md asks a tiny stated fraction and 1e-6 relative; this is 0 and 0).
+// weighted error (docs/gptq.md "What the tests hold": 0 and 0).
 // Rows are 3000 (not a multiple of the 64-row tile) and also run in two uneven calls.
 void expect_widths_equal_unbatched(const AnisotropicCase& c) {
   for (const auto& search : {kRtn, kMse}) {

@@ -1,4 +1,4 @@
-// NVFP4 reference kernels against rows whose bytes were worked out by hand (FORMATS.md
+// NVFP4 reference kernels against rows whose bytes were worked out by hand (docs/formats.md "NVFP4"
 // "NVFP4"), plus the properties of the MSE scale search.
 #include <gtest/gtest.h>
 

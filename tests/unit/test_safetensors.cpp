@@ -1,5 +1,5 @@
 // pipeline/io safetensors: Writer -> Reader round trips, and one test per malformed header
-// (RELIABILITY.md "Untrusted checkpoints"); every error must name the file and the problem.
+// (docs/formats.md "Untrusted input"); every error must name the file and the problem.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
