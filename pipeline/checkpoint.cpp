@@ -394,15 +394,6 @@ class CanonicalHash {
   std::string buffer_;
 };
 
-void hash_field(CanonicalHash& h, uint64_t v) { h.value(v); }
-void hash_field(CanonicalHash& h, const ExactSum& sum) {
-  h.value(sum.high());
-  h.value(sum.low());
-}
-template <size_t N> void hash_field(CanonicalHash& h, const std::array<uint64_t, N>& values) {
-  for (uint64_t v : values) h.value(v);
-}
-
 void hash_task(CanonicalHash& h, const TaskRecord& t) {
   h.text(t.name);
   h.value(t.rows);
@@ -417,7 +408,7 @@ void hash_task(CanonicalHash& h, const TaskRecord& t) {
     h.value(c.state);
     h.value(c.checksum);
     h.value(c.seconds);
-    for_each_stat([&](const char*, const auto& field) { hash_field(h, field); }, c.stats);
+    for_each_stat([&](const char*, const auto& field) { for_each_word(field, [&](uint64_t w) { h.value(w); }); }, c.stats);
   }
 }
 
@@ -490,14 +481,6 @@ template <class Records> auto concatenated(const std::vector<TaskRecord>& tasks,
 }
 
 // One stats field of every chunk: u64 [C] counters, u64 [C, 16] wins, u64 [C, 2] sums.
-void append_field(std::vector<uint64_t>& out, uint64_t v) { out.push_back(v); }
-void append_field(std::vector<uint64_t>& out, const ExactSum& sum) {
-  out.push_back(sum.high());
-  out.push_back(sum.low());
-}
-template <size_t N> void append_field(std::vector<uint64_t>& out, const std::array<uint64_t, N>& values) {
-  out.insert(out.end(), values.begin(), values.end());
-}
 constexpr hsize_t field_width(uint64_t) { return 1; }
 constexpr hsize_t field_width(const ExactSum&) { return 2; }
 template <size_t N> constexpr hsize_t field_width(const std::array<uint64_t, N>&) { return N; }
@@ -507,7 +490,9 @@ void write_chunk_stats(Writer& w, hid_t chunks_group, const std::vector<ChunkRec
   w.string_attr(group.get(), "sum_encoding", "*_sq: [high, low] u64 words of a 128-bit integer count of 2^-64");
   std::map<std::string, std::vector<uint64_t>> columns;
   for (const auto& c : chunks) {
-    for_each_stat([&](const char* name, const auto& field) { append_field(columns[name], field); }, c.stats);
+    for_each_stat([&](const char* name, const auto& field) {
+      for_each_word(field, [&](uint64_t w) { columns[name].push_back(w); });
+    }, c.stats);
   }
   const hsize_t n = chunks.size();
   const ChunkStats widths;
@@ -664,14 +649,6 @@ std::vector<std::pair<std::string, std::string>> read_fingerprint(Reader& r) {
   return fingerprint;
 }
 
-void read_field(const std::vector<uint64_t>& column, size_t i, uint64_t& v) { v = column[i]; }
-void read_field(const std::vector<uint64_t>& column, size_t i, ExactSum& sum) {
-  sum = ExactSum::from_parts(column[2 * i], column[2 * i + 1]);
-}
-template <size_t N> void read_field(const std::vector<uint64_t>& column, size_t i, std::array<uint64_t, N>& values) {
-  std::copy_n(&column[i * N], N, values.begin());
-}
-
 void read_chunk_stats(Reader& r, hid_t chunks_group, std::vector<ChunkRecord>& chunks) {
   Hid group = r.group(chunks_group, "stats");
   const size_t n = chunks.size();
@@ -682,10 +659,11 @@ void read_chunk_stats(Reader& r, hid_t chunks_group, std::vector<ChunkRecord>& c
         hsize_t leading = 0;
         const auto values = r.dataset<uint64_t>(group.get(), name, width == 1 ? std::vector<hsize_t>{} : std::vector<hsize_t>{width}, &leading);
         if (leading != n) r.fail(std::string("/chunks/stats/") + name, "expected " + std::to_string(n) + " chunks");
+        size_t at = 0;
         for (size_t i = 0; i < n; ++i) {
           for_each_stat([&](const char* other, auto& into) {
             if constexpr (std::is_same_v<decltype(field), decltype(into)>) {
-              if (other == name) read_field(values, i, into);
+              if (other == name) read_words(into, [&] { return values[at++]; });
             }
           }, chunks[i].stats);
         }

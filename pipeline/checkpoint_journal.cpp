@@ -77,23 +77,6 @@ class RecordReader {
   bool ok_ = true;
 };
 
-void put_field(Bytes& out, uint64_t v) { out.put(v); }
-void put_field(Bytes& out, const ExactSum& sum) {
-  out.put(sum.high());
-  out.put(sum.low());
-}
-template <size_t N> void put_field(Bytes& out, const std::array<uint64_t, N>& values) {
-  for (uint64_t v : values) out.put(v);
-}
-void get_field(RecordReader& in, uint64_t& v) { v = in.get<uint64_t>(); }
-void get_field(RecordReader& in, ExactSum& sum) {
-  const uint64_t high = in.get<uint64_t>(), low = in.get<uint64_t>();
-  sum = ExactSum::from_parts(high, low);
-}
-template <size_t N> void get_field(RecordReader& in, std::array<uint64_t, N>& values) {
-  for (uint64_t& v : values) v = in.get<uint64_t>();
-}
-
 std::vector<uint8_t> header(uint64_t base_generation) {
   Bytes out;
   for (char c : kMagic) out.put(c);
@@ -116,7 +99,7 @@ std::vector<uint8_t> payload(const CheckpointState& state, const CheckpointChang
     out.put(record.state);
     out.put(record.checksum);
     out.put(record.seconds);
-    for_each_stat([&](const char*, const auto& field) { put_field(out, field); }, record.stats);
+    for_each_stat([&](const char*, const auto& field) { for_each_word(field, [&](uint64_t w) { out.put(w); }); }, record.stats);
   }
   out.put<uint64_t>(changes.reductions.size());
   for (const auto& [task, chunk] : changes.reductions) {
@@ -149,7 +132,7 @@ bool apply(std::span<const uint8_t> bytes, CheckpointState& state) {
     record.state = in.get<uint8_t>();
     record.checksum = in.get<uint64_t>();
     record.seconds = in.get<double>();
-    for_each_stat([&](const char*, auto& field) { get_field(in, field); }, record.stats);
+    for_each_stat([&](const char*, auto& field) { read_words(field, [&] { return in.get<uint64_t>(); }); }, record.stats);
   }
   const uint64_t reductions = in.get<uint64_t>();
   for (uint64_t i = 0; i < reductions && in.good(); ++i) {

@@ -12,7 +12,7 @@
 namespace shardq {
 namespace {
 
-struct Progress {
+struct ChunkProgress {
   uint64_t chunks_done = 0, chunks = 0, rows_done = 0, rows = 0;
   double chunk_seconds = 0;
 };
@@ -22,8 +22,8 @@ uint64_t rows_of_chunk(const TaskRecord& t, size_t chunk) {
   return first >= t.rows ? 0 : std::min(t.rows_per_chunk, t.rows - first);
 }
 
-Progress progress_of(const TaskRecord& t) {
-  Progress p;
+ChunkProgress progress_of(const TaskRecord& t) {
+  ChunkProgress p;
   p.chunks = t.chunks.size();
   p.rows = t.rows;
   for (size_t i = 0; i < t.chunks.size(); ++i) {
@@ -88,12 +88,12 @@ void print_stages(const CheckpointState& s) {
   fmt::print("  stored factors: {}\n", blobs.empty() ? "none" : blobs);
 }
 
-Progress print_chunks(const CheckpointState& s) {
+ChunkProgress print_chunks(const CheckpointState& s) {
   fmt::print("chunks:\n");
   const size_t width = name_width(s);
-  Progress total;
+  ChunkProgress total;
   for (const auto& t : s.tasks) {
-    const Progress p = progress_of(t);
+    const ChunkProgress p = progress_of(t);
     if (s.tasks.size() <= kListedTasks) {
       fmt::print("  {:<{}}  {}/{} chunks  {:.1f}%  {}/{} rows\n", t.name, width, p.chunks_done, p.chunks,
                  percent(p.chunks_done, p.chunks), p.rows_done, p.rows);
@@ -106,7 +106,7 @@ Progress print_chunks(const CheckpointState& s) {
   return total;
 }
 
-void print_rates(const CheckpointState& s, const Progress& total) {
+void print_rates(const CheckpointState& s, const ChunkProgress& total) {
   fmt::print("elapsed: {}\n", duration(s.elapsed_seconds));
   const double chunk_rate = total.chunk_seconds > 0 ? double(total.rows_done) / total.chunk_seconds : 0;
   const double wall_rate = s.elapsed_seconds > 0 ? double(total.rows_done) / s.elapsed_seconds : 0;
@@ -133,7 +133,7 @@ int cmd_status(const StatusArgs& args) {
   if (!loaded) throw PipelineError("no checkpoint at " + args.checkpoint + " (nor " + args.checkpoint + ".prev)");
   print_header(args.checkpoint, *loaded);
   print_stages(loaded->state);
-  const Progress total = print_chunks(loaded->state);
+  const ChunkProgress total = print_chunks(loaded->state);
   print_rates(loaded->state, total);
   print_finished(loaded->state);
   std::fflush(stdout);

@@ -71,6 +71,14 @@ class Audit {
   int failed_ = 0;
 };
 
+// Rows [first, first + count) of a tensor into `bytes` (resized to fit).
+void read_tensor_rows(const io::Reader& reader, const std::string& name, uint64_t first, uint64_t count,
+                      std::vector<uint8_t>& bytes) {
+  const auto& tensor = reader.tensor(name);
+  bytes.resize(count * tensor.row_bytes());
+  reader.read_rows(tensor, first, count, bytes);
+}
+
 uint64_t hash_range(const io::Reader& reader, uint64_t begin, uint64_t end) {
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
@@ -199,6 +207,7 @@ Job verify_job(const VerifyArgs& args) {
     job.input_scales_from = parameters.value("input_scales_from", std::string());
     job.keep_mtp = parameters.value("keep_mtp", true);
     job.engram_min_cosine = parameters.value("engram_min_cosine", job.engram_min_cosine);
+    if (parameters.contains("ignore")) job.ignore = parameters["ignore"].get<std::vector<std::string>>();
   }
   return job;
 }
@@ -252,15 +261,10 @@ void verify_transcode(const Plan& plan, const Task& task, Audit& audit) {
   std::vector<uint8_t> source_codes, source_scales, codes, scales;
   for (uint64_t first = 0; first < task.rows; first += kVerifyRows) {
     const uint64_t rows = std::min(kVerifyRows, task.rows - first);
-    const auto read = [&](const io::Reader& reader, const std::string& name, std::vector<uint8_t>& bytes) {
-      const auto& tensor = reader.tensor(name);
-      bytes.resize(rows * tensor.row_bytes());
-      reader.read_rows(tensor, first, rows, bytes);
-    };
-    read(source, task.inputs[0], source_codes);
-    read(source, task.inputs[1], source_scales);
-    read(output, task.outputs[0].name, codes);
-    read(output, task.outputs[1].name, scales);
+    read_tensor_rows(source, task.inputs[0], first, rows, source_codes);
+    read_tensor_rows(source, task.inputs[1], first, rows, source_scales);
+    read_tensor_rows(output, task.outputs[0].name, first, rows, codes);
+    read_tensor_rows(output, task.outputs[1].name, first, rows, scales);
     verify_transcode_rows(source_codes.data(), source_scales.data(), codes.data(), scales.data(), weight_scale_2, first,
                           rows, task.cols, task.outputs[0].name, counts);
   }
@@ -275,15 +279,10 @@ double verify_mxfp4_table(const Plan& plan, const Task& task, Audit& audit) {
   std::vector<uint8_t> codes, scales, packed, out_scales;
   for (uint64_t first = 0; first < task.rows; first += kVerifyRows) {
     const uint64_t rows = std::min(kVerifyRows, task.rows - first);
-    const auto read = [&](const io::Reader& reader, const std::string& name, std::vector<uint8_t>& bytes) {
-      const auto& tensor = reader.tensor(name);
-      bytes.resize(rows * tensor.row_bytes());
-      reader.read_rows(tensor, first, rows, bytes);
-    };
-    read(source, task.inputs[0], codes);
-    read(source, task.inputs[1], scales);
-    read(output, task.outputs[0].name, packed);
-    read(output, task.outputs[1].name, out_scales);
+    read_tensor_rows(source, task.inputs[0], first, rows, codes);
+    read_tensor_rows(source, task.inputs[1], first, rows, scales);
+    read_tensor_rows(output, task.outputs[0].name, first, rows, packed);
+    read_tensor_rows(output, task.outputs[1].name, first, rows, out_scales);
     const Fp8RowChunk chunk{task.inputs[0], first, rows, task.cols, codes, scales, task.inputs[1]};
     verify_mxfp4_rows(chunk, packed.data(), out_scales.data(), task.outputs[0].name, counts);
   }
@@ -307,18 +306,13 @@ void verify_linear(const Plan& plan, const Task& task, Audit& audit) {
   const uint64_t step = kVerifyRows / 32 * 32; // whole FP8 scale blocks
   for (uint64_t first = 0; first < task.rows; first += step) {
     const uint64_t rows = std::min(step, task.rows - first);
-    const auto read = [&](const io::Reader& reader, const std::string& name, uint64_t from, uint64_t count, std::vector<uint8_t>& bytes) {
-      const auto& tensor = reader.tensor(name);
-      bytes.resize(count * tensor.row_bytes());
-      reader.read_rows(tensor, from, count, bytes);
-    };
-    read(source, task.inputs[0], first, rows, codes);
-    read(source, task.inputs[1], task.input_first_row(1, first), task.input_row_count(1, first, rows), scales);
-    read(output, task.outputs[0].name, first, rows, out);
+    read_tensor_rows(source, task.inputs[0], first, rows, codes);
+    read_tensor_rows(source, task.inputs[1], task.input_first_row(1, first), task.input_row_count(1, first, rows), scales);
+    read_tensor_rows(output, task.outputs[0].name, first, rows, out);
     const LinearRows linear{fp4 ? LinearSource::fp4_row32 : LinearSource::fp8_block32, task.inputs[0], task.inputs[1],
                             first, rows, task.cols, codes, scales};
     if (int8) {
-      read(output, task.outputs[1].name, first, rows, out_scales);
+      read_tensor_rows(output, task.outputs[1].name, first, rows, out_scales);
       verify_int8_rows(linear, reinterpret_cast<const int8_t*>(out.data()), reinterpret_cast<const float*>(out_scales.data()),
                        task.outputs[0].name, counts);
     } else {

@@ -10,6 +10,7 @@
 #include "pipeline/pipeline_error.h"
 #include "pipeline/report.h"
 #include "pipeline/signals.h"
+#include "pipeline/test_hooks.h"
 
 namespace shardq {
 namespace {

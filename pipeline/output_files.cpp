@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "pipeline/pipeline_error.h"
-#include "pipeline/signals.h"
+#include "pipeline/test_hooks.h"
 #include "stages/write.h"
 
 namespace shardq {

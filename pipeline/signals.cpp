@@ -5,12 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
-#include <cstdlib>
-#include <map>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include "pipeline/commands.h"
 
@@ -77,22 +72,5 @@ void remove_on_fast_exit(const std::filesystem::path& path, dev_t device, ino_t 
 }
 
 void forget_fast_exit_files() { g_fast_exit_count = 0; }
-
-void crash_point(const char* event) {
-  static const char* spec = std::getenv("SHARDQ_CRASH_AT");
-  if (!spec) return;
-  static std::mutex mutex;
-  static std::map<std::string, int> seen;
-  const std::string text(spec);
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || text.substr(0, colon) != event) return;
-  std::lock_guard lock(mutex);
-  if (++seen[event] == std::atoi(text.c_str() + colon + 1)) kill(getpid(), SIGKILL);
-}
-
-void test_chunk_delay() {
-  static const char* delay = std::getenv("SHARDQ_TEST_CHUNK_DELAY_MS");
-  if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
-}
 
 } // namespace shardq

@@ -23,12 +23,4 @@ inline constexpr int kFastExitFiles = 2;
 void remove_on_fast_exit(const std::filesystem::path& path, dev_t device, ino_t inode);
 void forget_fast_exit_files();
 
-// Fault injection for tests (SHARDQ_CRASH_AT=event:n): the n-th time `event` is passed
-// the process kills itself with SIGKILL, as a power cut would.
-void crash_point(const char* event);
-
-// For tests that must interrupt a run mid-way whatever the machine's speed:
-// SHARDQ_TEST_CHUNK_DELAY_MS=n makes every quantized chunk take n ms longer.
-void test_chunk_delay();
-
 } // namespace shardq

@@ -6,7 +6,7 @@
 
 #include "kernels/gptq.h"
 #include "pipeline/pipeline_error.h"
-#include "pipeline/signals.h"
+#include "pipeline/test_hooks.h"
 #include "stages/amax.h"
 #include "stages/factors.h"
 

@@ -30,6 +30,27 @@ struct ExactSum {
   bool operator==(const ExactSum&) const = default;
 };
 
+// The 64-bit words of a stats field, in the order every serialization uses (checkpoint
+// columns, journal, checksums): a counter is one word, an ExactSum two (high, low), the
+// candidate wins one per candidate.
+template <class Word> void for_each_word(uint64_t v, Word&& word) { word(v); }
+template <class Word> void for_each_word(const ExactSum& sum, Word&& word) {
+  word(sum.high());
+  word(sum.low());
+}
+template <size_t N, class Word> void for_each_word(const std::array<uint64_t, N>& values, Word&& word) {
+  for (uint64_t v : values) word(v);
+}
+// Reads a field back from its words, next() giving them in that order.
+template <class Next> void read_words(uint64_t& v, Next&& next) { v = next(); }
+template <class Next> void read_words(ExactSum& sum, Next&& next) {
+  const uint64_t high = next();
+  sum = ExactSum::from_parts(high, next());
+}
+template <size_t N, class Next> void read_words(std::array<uint64_t, N>& values, Next&& next) {
+  for (uint64_t& v : values) v = next();
+}
+
 inline void merge_field(uint64_t& into, uint64_t from) { into += from; }
 inline void merge_field(ExactSum& into, const ExactSum& from) { into.merge(from); }
 template <size_t N>

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <utility>
 
 #include "kernels/int8.h"
@@ -114,62 +115,70 @@ LinearRows linear_rows(const ChunkInput& chunk, LinearSource source) {
   return {source, task.inputs[0], task.inputs[1], chunk.first_row, chunk.rows, task.cols, chunk.inputs[0], chunk.inputs[1]};
 }
 
+// A stop request is looked at every this many rows: a stop never waits for a whole chunk.
+constexpr uint64_t kCancelRows = 256;
+
+// Sizes one output buffer per entry of `row_bytes` (bytes per row), then hands each row,
+// decoded to fp32, to `encode`.
+template <class DecodeRow, class EncodeRow>
+bool encode_rows(uint64_t rows, int cols, std::initializer_list<uint64_t> row_bytes, EncodedChunk& out,
+                 const std::atomic<bool>* cancel, DecodeRow decode, EncodeRow encode) {
+  out.buffers.resize(row_bytes.size());
+  size_t buffer = 0;
+  for (const uint64_t bytes : row_bytes) out.buffers[buffer++].resize(rows * bytes);
+  out.stats = ChunkStats{};
+  thread_local std::vector<float> values;
+  values.resize(size_t(cols));
+  for (uint64_t r = 0; r < rows; ++r) {
+    if (r % kCancelRows == 0 && cancel && cancel->load(std::memory_order_relaxed)) return false;
+    decode(r, values.data());
+    encode(r, values.data());
+  }
+  return true;
+}
+
 // W8A8: each row decoded exactly, then symmetric per-channel INT8. Figures: rows, all-zero
 // rows (zero_blocks: a row is the INT8 block), sum x^2 and sum (deq - x)^2.
 bool encode_int8(const ChunkInput& chunk, LinearSource source, EncodedChunk& out, const std::atomic<bool>* cancel) {
   const LinearRows rows = linear_rows(chunk, source);
   check_linear_rows(rows);
-  const int cols = rows.cols;
-  out.buffers.resize(2);
-  out.buffers[0].resize(rows.rows * uint64_t(cols));
-  out.buffers[1].resize(rows.rows * sizeof(float));
-  out.stats = ChunkStats{};
-  thread_local std::vector<float> values;
-  values.resize(size_t(cols));
-  for (uint64_t r = 0; r < rows.rows; ++r) {
-    if (r % 256 == 0 && cancel && cancel->load(std::memory_order_relaxed)) return false;
-    decode_linear_row(rows, r, values.data());
+  const uint64_t cols = uint64_t(rows.cols);
+  const auto decode = [&](uint64_t r, float* values) { decode_linear_row(rows, r, values); };
+  const auto encode = [&](uint64_t r, const float* values) {
     Int8RowSums sums;
-    const float scale = quantize_row_int8_ref(values.data(), cols,
-                                              reinterpret_cast<int8_t*>(out.buffers[0].data() + r * uint64_t(cols)), &sums);
+    const float scale = quantize_row_int8_ref(values, rows.cols, reinterpret_cast<int8_t*>(out.buffers[0].data() + r * cols), &sums);
     std::memcpy(out.buffers[1].data() + r * sizeof(float), &scale, sizeof(float)); // F32 little-endian
     ++out.stats.rows;
     ++out.stats.blocks;
     out.stats.zero_blocks += sums.all_zero ? 1 : 0;
     out.stats.reference_sq.add(sums.source_sq);
     out.stats.error_sq.add(sums.error_sq);
-  }
-  return true;
+  };
+  return encode_rows(rows.rows, rows.cols, {cols, sizeof(float)}, out, cancel, decode, encode);
 }
 
 // Ignored modules: each row decoded exactly, then BF16 (round to nearest even).
 bool encode_bf16(const ChunkInput& chunk, LinearSource source, EncodedChunk& out, const std::atomic<bool>* cancel) {
   const LinearRows rows = linear_rows(chunk, source);
   check_linear_rows(rows);
-  const int cols = rows.cols;
-  out.buffers.resize(1);
-  out.buffers[0].resize(rows.rows * uint64_t(cols) * 2);
-  out.stats = ChunkStats{};
-  thread_local std::vector<float> values;
-  values.resize(size_t(cols));
-  for (uint64_t r = 0; r < rows.rows; ++r) {
-    if (r % 256 == 0 && cancel && cancel->load(std::memory_order_relaxed)) return false;
-    decode_linear_row(rows, r, values.data());
-    uint8_t* bytes = out.buffers[0].data() + r * uint64_t(cols) * 2;
+  const uint64_t cols = uint64_t(rows.cols);
+  const auto decode = [&](uint64_t r, float* values) { decode_linear_row(rows, r, values); };
+  const auto encode = [&](uint64_t r, const float* values) {
+    uint8_t* bytes = out.buffers[0].data() + r * cols * 2;
     double source_sq = 0, error_sq = 0;
-    for (int c = 0; c < cols; ++c) {
-      const uint16_t bits = bf16_from_float(values[size_t(c)]);
+    for (uint64_t c = 0; c < cols; ++c) {
+      const uint16_t bits = bf16_from_float(values[c]);
       bytes[2 * c] = uint8_t(bits & 0xFF); // little-endian
       bytes[2 * c + 1] = uint8_t(bits >> 8);
-      const double error = double(bf16_to_float(bits)) - double(values[size_t(c)]);
-      source_sq += double(values[size_t(c)]) * double(values[size_t(c)]);
+      const double error = double(bf16_to_float(bits)) - double(values[c]);
+      source_sq += double(values[c]) * double(values[c]);
       error_sq += error * error;
     }
     ++out.stats.rows;
     out.stats.reference_sq.add(source_sq);
     out.stats.error_sq.add(error_sq);
-  }
-  return true;
+  };
+  return encode_rows(rows.rows, rows.cols, {cols * 2}, out, cancel, decode, encode);
 }
 
 } // namespace

@@ -17,7 +17,7 @@ namespace {
 
 constexpr int kWkvScaleBlock = 32; // wkv's 32x32 E8M0 blocks
 constexpr int kGramRowGroup = 8;   // rows summed together before touching H (fixed order)
-constexpr int N = kHashColumnWidth;
+constexpr int N = kGptqCols;
 
 using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 

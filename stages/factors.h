@@ -10,7 +10,6 @@
 
 namespace shardq {
 
-inline constexpr int kHashColumnWidth = 256; // engram_head_dim: values per table row
 
 struct HashColumnFactor {
   int column = 0;

@@ -93,7 +93,7 @@ RecipePlan EngramNvfp4Recipe::plan(const RecipeInputs& inputs) const {
     if (params.uses_gptq()) {
       const std::string wkv = fmt::format("layers.{}.engram.wkv", table.layer);
       factor_set = int(plan.factor_sets.size());
-      plan.factor_sets.push_back({wkv, wkv + ".weight", wkv + ".scale", table.layer, layout.columns(), kHashColumnWidth});
+      plan.factor_sets.push_back({wkv, wkv + ".weight", wkv + ".scale", table.layer, layout.columns(), kGptqCols});
     }
     plan.tasks.push_back(table_task(table, params, plan.tasks.size(), factor_set));
     shards.insert(table.shard);

@@ -1,0 +1,32 @@
+#include "pipeline/test_hooks.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace shardq {
+
+void crash_point(const char* event) {
+  static const char* spec = std::getenv("SHARDQ_CRASH_AT");
+  if (!spec) return;
+  static std::mutex mutex;
+  static std::map<std::string, int> seen;
+  const std::string text(spec);
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || text.substr(0, colon) != event) return;
+  std::lock_guard lock(mutex);
+  if (++seen[event] == std::atoi(text.c_str() + colon + 1)) kill(getpid(), SIGKILL);
+}
+
+void test_chunk_delay() {
+  static const char* delay = std::getenv("SHARDQ_TEST_CHUNK_DELAY_MS");
+  if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
+}
+
+} // namespace shardq
