@@ -80,8 +80,8 @@ struct GramRoot {
 // fp32 triangular product of fixed shape ([E; X] P^T G^T) and fp64 sums of the squares in
 // column order, so the result does not depend on how rows are split either (~33K fp32 FMA
 // per vector at BLAS speed, still most of a gptq-mse run's arithmetic). The figure depends
-// on the BLAS kernel (not the output bytes): OpenBLAS DYNAMIC_ARCH picks it by CPU, so set
-// OPENBLAS_CORETYPE on a cluster of mixed CPUs to keep reports identical across rank counts.
+// on the BLAS kernel chosen for the CPU, never the output bytes (docs/gptq.md "Weighted
+// error" says how a cluster of mixed CPUs keeps it identical).
 // Per row: row_error[r] = e_r^T H e_r, row_reference[r] = x_r^T H x_r.
 void weighted_error_rows(const GramRoot& root, const float* original, const float* dequantized, int rows,
                          double* row_error, double* row_reference);

@@ -126,6 +126,13 @@ void verify_int8_rows(const LinearRows& source, const int8_t* codes, const float
     decode_linear_row(source, r, x.data());
     const int8_t* q = codes + r * uint64_t(cols);
     const float scale = scales[r];
+    float amax = 0.0f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    const float expected_scale = amax == 0.0f ? 1.0f : amax / float(Int8::max_code);
+    if (std::bit_cast<uint32_t>(scale) != std::bit_cast<uint32_t>(expected_scale)) {
+      note_problem(counts, fmt::format("{}: row {}: weight_scale {} but amax {} / 127 = {}", output_tensor, row, scale,
+                                       amax, expected_scale));
+    }
     int largest = 0;
     double source_sq = 0, error_sq = 0;
     for (int c = 0; c < cols; ++c) {
@@ -135,7 +142,7 @@ void verify_int8_rows(const LinearRows& source, const int8_t* codes, const float
       error_sq += error * error;
       // Half a step, plus one fp32 rounding of x / scale (its ulp is at most 2^-17 for
       // |x / scale| <= 127): a quotient just under a midpoint can round onto it, then to even.
-      if (std::fabs(error) > double(scale) * (0.5 + 0x1p-16) || q[c] == -128) {
+      if (!(std::fabs(error) <= double(scale) * (0.5 + 0x1p-16)) || q[c] == -128) {
         note_problem(counts, fmt::format("{}: row {} column {}: {} x {} = {} for source {}; half a step is {}",
                                          output_tensor, row, c, int(q[c]), scale, value, x[size_t(c)], scale / 2));
       }

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# `shardq verify` on doctored copies of a good w8a8-int8 output: each must FAIL (exit
+# non-zero, a FAIL line naming the tensor or shard, "FAILED: N check(s) failed", the
+# table row of the broken check counting the failure), never crash or pass:
+#  1. a missing weight_scale (dropped from its shard and from the index);
+#  2. a BF16 linear outside the ignore rules (an output made with an ignore list that
+#     differs from the job verify is given: the demo list plus attn.wo_b), and an INT8
+#     linear the ignore rules make BF16 (the demo list less attn.wq_a);
+#  3. one byte flipped in an Engram table (layers.1.engram.embed.weight, its shard copied
+#     first: the output's is a hard link of the source's);
+#  4. one INT8 code moved two steps (now 1.5 steps or more from its source value);
+#  5. one row's weight_scale NaN, or +inf (codes unchanged).
+# Every case runs; those verify does not fail as it should are listed at the end.
+# The good output itself verifies (OK) first, so each failure is the doctoring's.
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+JOBINT8="$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml"
+make_fixture "$WORK/src"
+run_shardq 0 "$WORK/good.log" "$JOBINT8" --src "$WORK/src" --dst "$WORK/good" || fail "good run: $(tail -3 "$WORK/good.log")"
+"$SHARDQ_BIN" verify --src "$WORK/src" --dst "$WORK/good" "$JOBINT8" >"$WORK/verify-good.log" ||
+  { cat "$WORK/verify-good.log"; fail "verify fails the good output"; }
+
+# edit_tensor FOLDER TENSOR drop | byte=INDEX:XOR | code=ROW,COL | f32=INDEX:BITS: a
+# copy-on-write edit of the shard of FOLDER that holds TENSOR (the others stay hard links):
+# the tensor dropped (from its shard and the index), byte INDEX of its data xor'ed with
+# XOR, the I8 code at [ROW, COL] moved two steps (toward zero if |q| > 100), or F32
+# element INDEX given the bit pattern BITS. Prints what it did.
+edit_tensor() {
+  python3 - "$@" <<'PY'
+import json, os, struct, sys
+folder, tensor, edit = sys.argv[1:4]
+index_path = f"{folder}/model.safetensors.index.json"
+index = json.load(open(index_path))
+shard = f"{folder}/{index['weight_map'][tensor]}"
+raw = bytearray(open(shard, "rb").read())
+(n,) = struct.unpack("<Q", raw[:8])
+header = json.loads(raw[8:8 + n])
+if edit == "drop":
+    data = raw[8 + n:]
+    entries = sorted(((k, v) for k, v in header.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"][0])
+    out_header, out_data = ({"__metadata__": header["__metadata__"]} if "__metadata__" in header else {}), bytearray()
+    for name, entry in entries:
+        begin, end = entry["data_offsets"]
+        if name == tensor:
+            continue
+        out_header[name] = dict(entry, data_offsets=[len(out_data), len(out_data) + end - begin])
+        out_data += data[begin:end]
+    text = json.dumps(out_header).encode()
+    text += b" " * (-len(text) % 8)
+    raw = struct.pack("<Q", len(text)) + text + out_data
+    del index["weight_map"][tensor]
+    os.unlink(index_path)
+    json.dump(index, open(index_path, "w"))
+    print(f"dropped {tensor}")
+else:
+    entry = header[tensor]
+    base = 8 + n + entry["data_offsets"][0]
+    kind, arg = edit.split("=")
+    if kind == "f32":  # element INDEX of an F32 tensor set to the bit pattern BITS
+        at, bits = (int(v, 0) for v in arg.split(":"))
+        raw[base + 4 * at:base + 4 * at + 4] = struct.pack("<I", bits)
+        print(f"{tensor}: element {at} = bits 0x{bits:08X}")
+    elif kind == "byte":
+        at, xor = (int(v, 0) for v in arg.split(":"))
+        raw[base + at] ^= xor
+        print(f"{tensor}: data byte {at} xor 0x{xor:02X}")
+    else:
+        assert entry["dtype"] == "I8", entry
+        row, col = (int(v) for v in arg.split(","))
+        at = base + row * entry["shape"][1] + col
+        q = struct.unpack("b", raw[at:at + 1])[0]
+        new = q + 2 if abs(q) <= 100 else q - 2 * (1 if q > 0 else -1)
+        raw[at:at + 1] = struct.pack("b", new)
+        print(f"{tensor}[{row}, {col}]: code {q} -> {new}")
+os.unlink(shard)  # a hard link (of the good output, or of the source): replace, never write through
+with open(shard, "wb") as f:
+    f.write(raw)
+PY
+}
+
+copy_of() { cp -al "$WORK/$1" "$WORK/$2"; }
+
+# expect_fail NAME DST CATEGORY TEXT [JOB]: verify of DST (against JOB, default the demo job)
+# exits non-zero without crashing, prints a FAIL line containing TEXT, the FAILED summary,
+# and a table row for CATEGORY with at least one failure. A case that does not is recorded
+# (PROBLEMS) and the next case still runs; the test fails at the end listing them all.
+PROBLEMS=()
+problem() {
+  PROBLEMS+=("$1: $2")
+  echo "PROBLEM $1: $2 (log $WORK/verify-$1.log):" >&2
+  sed 's/^/    /' "$WORK/verify-$1.log" | grep -v '^    [a-zA-Z].* \+[0-9]\+ \+0 *$' >&2 || true
+}
+expect_fail() {
+  local name=$1 dst=$2 category=$3 text=$4 job=${5:-$JOBINT8} rc=0
+  "$SHARDQ_BIN" verify --src "$WORK/src" --dst "$dst" "$job" >"$WORK/verify-$name.log" 2>&1 || rc=$?
+  if ((rc == 0)); then problem "$name" "verify passed"; return 0; fi
+  if grep -q 'shardq: error' "$WORK/verify-$name.log"; then
+    problem "$name" "verify crashed instead of failing a check: $(grep 'shardq: error' "$WORK/verify-$name.log")"
+    return 0
+  fi
+  grep '^FAIL  ' "$WORK/verify-$name.log" | grep -qF -- "$text" || { problem "$name" "no FAIL line naming '$text'"; return 0; }
+  grep -Eq '^FAILED: [1-9][0-9]* check\(s\) failed$' "$WORK/verify-$name.log" || { problem "$name" "no FAILED summary"; return 0; }
+  awk -v c="$category" 'index($0, c) == 1 { split(substr($0, length(c) + 1), f, " "); if (f[2] + 0 > 0) found = 1 }
+    END { exit !found }' "$WORK/verify-$name.log" || { problem "$name" "the table row '$category' counts no failure"; return 0; }
+  echo "$name: $(grep '^FAIL  ' "$WORK/verify-$name.log" | grep -F -- "$text" | head -1)"
+}
+
+# 1. A missing weight_scale.
+copy_of good no-scale
+edit_tensor "$WORK/no-scale" layers.3.attn.wq_b.weight_scale drop
+expect_fail missing-weight-scale "$WORK/no-scale" "I8 weights paired with F32 [out, 1] scales" \
+  "layers.3.attn.wq_b.weight: has no weight_scale"
+grep -q 'shardq: error' "$WORK/verify-missing-weight-scale.log" ||
+  grep -q '^FAIL  tensor names: 1 missing, 0 extra' "$WORK/verify-missing-weight-scale.log" ||
+  problem missing-weight-scale "the key diff does not count the missing tensor"
+
+# 2. A BF16 linear outside the ignore rules: made with attn.wo_b ignored too (the list
+#    without spaces: run_shardq's command line is split on them).
+IGNORE_PLUS=$(python3 -c 'import json, sys, tomllib; print(json.dumps(tomllib.load(open(sys.argv[1], "rb"))["quant"]["ignore"] + ["attn.wo_b"], separators=(",", ":")))' "$JOBINT8")
+run_shardq 0 "$WORK/wo_b.log" "$JOBINT8" --src "$WORK/src" --dst "$WORK/wo_b" --set "quant.ignore=$IGNORE_PLUS" ||
+  fail "run with attn.wo_b ignored: $(tail -3 "$WORK/wo_b.log")"
+grep -q '"layers.0.attn.wo_b.weight_scale"' "$WORK/wo_b/model.safetensors.index.json" && fail "attn.wo_b was not ignored"
+expect_fail bf16-outside-ignore "$WORK/wo_b" "no BF16 linear outside the ignore rules" \
+  "layers.0.attn.wo_b.weight: is BF16 but matches no ignore entry"
+
+# 2b. The other way round: attn.wq_a left out of the ignore list, so its linears are INT8
+#     where the demo job wants BF16.
+IGNORE_LESS=$(python3 -c 'import json, sys, tomllib; print(json.dumps([e for e in tomllib.load(open(sys.argv[1], "rb"))["quant"]["ignore"] if e != "attn.wq_a"], separators=(",", ":")))' "$JOBINT8")
+run_shardq 0 "$WORK/wq_a.log" "$JOBINT8" --src "$WORK/src" --dst "$WORK/wq_a" --set "quant.ignore=$IGNORE_LESS" ||
+  fail "run with attn.wq_a not ignored: $(tail -3 "$WORK/wq_a.log")"
+expect_fail int8-inside-ignore "$WORK/wq_a" "ignore-matched linears BF16" "layers.0.attn.wq_a.weight: is I8"
+
+# 3. One byte of an Engram table.
+copy_of good engram
+edit_tensor "$WORK/engram" layers.1.engram.embed.weight byte=12345:0x01
+engram_shard=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["weight_map"]["layers.1.engram.embed.weight"])' "$WORK/good/model.safetensors.index.json")
+cmp -s "$WORK/src/$engram_shard" "$WORK/good/$engram_shard" || fail "the edit went through to the good output or the source"
+expect_fail engram-byte "$WORK/engram" "Engram tables identical to the source" "$engram_shard"
+
+# 4. One INT8 code of an FP4 expert and one of an FP8 linear, each in its own copy.
+copy_of good code-fp4
+edit_tensor "$WORK/code-fp4" layers.5.ffn.experts.3.w2.weight code=7,11
+expect_fail int8-code-fp4 "$WORK/code-fp4" "INT8 rows within half a step, max |q| 127" \
+  "layers.5.ffn.experts.3.w2.weight: row 7 column 11"
+copy_of good code-fp8
+edit_tensor "$WORK/code-fp8" layers.9.attn.wq_b.weight code=200,3
+expect_fail int8-code-fp8 "$WORK/code-fp8" "INT8 rows within half a step, max |q| 127" \
+  "layers.9.attn.wq_b.weight: row 200 column 3"
+
+# 5. A weight_scale that is not a finite number (NaN, +inf), its codes unchanged.
+for edit in nan:0x7FC00000 inf:0x7F800000; do
+  copy_of good "scale-${edit%%:*}"
+  edit_tensor "$WORK/scale-${edit%%:*}" layers.4.attn.wq_b.weight_scale "f32=10:${edit#*:}"
+  expect_fail "scale-${edit%%:*}" "$WORK/scale-${edit%%:*}" "INT8 rows within half a step, max |q| 127" \
+    "layers.4.attn.wq_b.weight: row 10"
+done
+
+# The good output was never written through.
+"$SHARDQ_BIN" verify --src "$WORK/src" --dst "$WORK/good" "$JOBINT8" >"$WORK/verify-good-again.log" ||
+  { cat "$WORK/verify-good-again.log"; fail "the doctoring changed the good output"; }
+((${#PROBLEMS[@]} == 0)) || fail "verify missed ${#PROBLEMS[@]} doctored output(s): $(printf '%s; ' "${PROBLEMS[@]}")"
+echo "PASS: verify fails each doctored w8a8-int8 output, naming what is wrong"
