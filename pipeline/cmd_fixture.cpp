@@ -10,8 +10,9 @@ int cmd_fixture(const FixtureArgs& args) {
   const auto start = std::chrono::steady_clock::now();
   const FixtureResult result = write_fixture(args);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("shardq fixture: %s -> %s: %zu shards, %llu tensor bytes, engram rows", args.preset.c_str(),
-              args.out.c_str(), result.shards.size(), static_cast<unsigned long long>(result.tensor_bytes));
+  std::printf("shardq fixture: %s (shape %s) -> %s: %zu shards, %llu tensors, %llu tensor bytes, engram rows",
+              args.preset.c_str(), args.shape.c_str(), args.out.c_str(), result.shards.size(),
+              static_cast<unsigned long long>(result.tensors), static_cast<unsigned long long>(result.tensor_bytes));
   for (size_t i = 0; i < result.engram.layer_ids.size(); ++i) {
     std::printf(" %d:%llu", result.engram.layer_ids[i], static_cast<unsigned long long>(result.engram.num_embeddings[i]));
   }

@@ -1,4 +1,4 @@
-// The CLI contract (DESIGN.md "CLI"): one function per subcommand, each in its own file.
+// The CLI contract (README.md "Commands"): one function per subcommand, each in its own file.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,7 @@ int cmd_inspect(const InspectArgs& args);
 
 struct FixtureArgs {
   std::string preset = "dsv41-mini";
+  std::string shape = "mini"; // mini | real-count (pipeline/fixture.h fixture_dims)
   std::string out;
   uint64_t engram_vocab = 0; // 0 = the preset's default
   uint64_t seed = 1;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -30,17 +31,9 @@ using io::TensorSpec;
 using io::Writer;
 using Json = nlohmann::ordered_json;
 
-constexpr int kShards = 6;              // 4 model shards, then one per Engram table
 constexpr uint64_t kTableChunkRows = 65536;
 
 enum class Preset { deepseek_fp8, reference_nvfp4 };
-
-// Experts of the reference checkpoint that received no calibration tokens: all three of
-// their projections carry the model-wide maximum input_scale (seed 001).
-struct FallbackExpert {
-  int layer, expert;
-};
-constexpr FallbackExpert kFallbackExperts[] = {{3, 5}, {9, 2}};
 
 template <typename T>
 void append_le(std::vector<uint8_t>& bytes, T value) {
@@ -90,14 +83,14 @@ struct Group {
 
 class FixtureBuilder {
  public:
-  FixtureBuilder(Preset preset, uint64_t seed, uint64_t engram_vocab)
-      : preset_(preset), seed_(seed), engram_(mini_engram_config(engram_vocab)), layout_(engram_) {}
+  FixtureBuilder(Preset preset, const MiniDims& dims, uint64_t seed, uint64_t engram_vocab)
+      : preset_(preset), seed_(seed), dims_(dims), engram_(mini_engram_config(engram_vocab, dims)), layout_(engram_) {}
 
   std::vector<Group> build();
   const EngramConfig& engram() const { return engram_; }
 
  private:
-  int shard_of_layer(int layer) const { return layer * 4 / dims_.layers; }
+  int shard_of_layer(int layer) const { return layer * dims_.layer_shards / dims_.layers; }
   uint64_t key(const std::string& name) const { return tensor_key(seed_, name); }
 
   void add(int shard, std::vector<TensorSpec> specs, std::function<void(Writer&)> write) {
@@ -123,6 +116,7 @@ class FixtureBuilder {
   MiniDims dims_;
   EngramConfig engram_;
   EngramLayout layout_;
+  float model_max_input_scale_ = 0.0f; // reference preset: the uncalibrated experts' value
   std::vector<Group> groups_;
 };
 
@@ -181,9 +175,11 @@ void FixtureBuilder::add_mxfp4_expert(int shard, const std::string& prefix, uint
       });
 }
 
-// A calibrated activation scale amax / (6 * 448), w1 and w3 sharing their input.
+// A calibrated activation scale amax / (6 * 448), w1 and w3 sharing their input. Each
+// (layer, expert) has streams of its own (1024 per layer up to 256 experts).
 float FixtureBuilder::input_scale(int layer, int expert, int projection) const {
-  RowRng rng(key("input_scale"), uint64_t(layer) * 1024 + uint64_t(expert) * 4 + (projection == 2 ? 1u : 0u));
+  const uint64_t per_layer = std::max<uint64_t>(1024, 4 * uint64_t(dims_.routed_experts));
+  RowRng rng(key("input_scale"), uint64_t(layer) * per_layer + uint64_t(expert) * 4 + (projection == 2 ? 1u : 0u));
   const float activation_amax = (1.0f + rng.uniform()) * std::ldexp(1.0f, int(rng.next() % 6));
   return activation_amax / (E2M1::max * E4M3::max);
 }
@@ -213,8 +209,9 @@ void FixtureBuilder::add_nvfp4_expert(int shard, const std::string& prefix, int 
     specs.push_back({name + ".weight_scale_2", Dtype::F32, {}});
     specs.push_back({name + ".input_scale", Dtype::F32, {}});
   }
-  const bool fallback = std::any_of(std::begin(kFallbackExperts), std::end(kFallbackExperts),
-                                    [&](FallbackExpert f) { return f.layer == layer && f.expert == expert; });
+  const bool fallback = std::count(dims_.uncalibrated_experts.begin(), dims_.uncalibrated_experts.end(),
+                                   std::pair<int, int>{layer, expert}) != 0;
+  const float model_max = fallback ? model_max_input_scale_ : 0.0f;
   add(shard, specs, [=, this](Writer& writer) {
     std::array<std::vector<float>, 4> w;
     float amax[4] = {0, 0, 0, 0};
@@ -223,7 +220,6 @@ void FixtureBuilder::add_nvfp4_expert(int shard, const std::string& prefix, int 
       for (float v : w[p]) amax[p] = std::max(amax[p], std::fabs(v));
     }
     const float gate_up_global = Nvfp4::global_scale(std::max(amax[1], amax[3]));
-    const float model_max = fallback ? max_calibrated_input_scale() : 0.0f;
     for (int p = 1; p <= 3; ++p) {
       const std::string name = prefix + ".w" + std::to_string(p);
       const uint64_t out = p == 2 ? hidden : inter, in = p == 2 ? inter : hidden;
@@ -376,25 +372,27 @@ void FixtureBuilder::add_mtp(int shard, int index) {
 
 std::vector<Group> FixtureBuilder::build() {
   const uint64_t hidden = uint64_t(dims_.hidden), vocab = uint64_t(dims_.vocab), hc = uint64_t(dims_.hc_mult);
+  if (preset_ == Preset::reference_nvfp4) model_max_input_scale_ = max_calibrated_input_scale();
   add_bf16(0, "embed.weight", {vocab, hidden}, 0.0f, 0.02f);
   for (int layer = 0; layer < dims_.layers; ++layer) add_layer(layer);
-  const int last_model_shard = kShards - 1 - int(engram_.layer_ids.size());
-  add_bf16(last_model_shard, "norm.weight", {hidden}, 1.0f, 0.05f);
-  add_f32(last_model_shard, "hc_head_fn", {hc, hc * hidden}, 0.0f, 0.01f);
-  add_f32(last_model_shard, "hc_head_base", {hc}, 0.0f, 0.1f);
-  add_f32(last_model_shard, "hc_head_scale", {1}, 1.0f, 0.1f);
-  add_bf16(last_model_shard, "head.weight", {vocab, hidden}, 0.0f, 0.02f);
-  for (int i = 0; i < dims_.mtp_layers; ++i) add_mtp(last_model_shard, i);
+  const int head_shard = dims_.layer_shards - (dims_.separate_head_shard ? 0 : 1);
+  add_bf16(head_shard, "norm.weight", {hidden}, 1.0f, 0.05f);
+  add_f32(head_shard, "hc_head_fn", {hc, hc * hidden}, 0.0f, 0.01f);
+  add_f32(head_shard, "hc_head_base", {hc}, 0.0f, 0.1f);
+  add_f32(head_shard, "hc_head_scale", {1}, 1.0f, 0.1f);
+  add_bf16(head_shard, "head.weight", {vocab, hidden}, 0.0f, 0.02f);
+  for (int i = 0; i < dims_.mtp_layers; ++i) add_mtp(dims_.mtp_own_shards ? head_shard + 1 + i : head_shard, i);
   // Like the real checkpoint: each table alone in one of the last shards.
+  const int first_table_shard = dims_.shards() - int(engram_.layer_ids.size());
   for (size_t i = 0; i < engram_.layer_ids.size(); ++i) {
-    add_engram_table(last_model_shard + 1 + int(i), engram_.layer_ids[i]);
+    add_engram_table(first_table_shard + int(i), engram_.layer_ids[i]);
   }
   return std::move(groups_);
 }
 
-std::string shard_name(int index) {
+std::string shard_name(int index, int shards) {
   char name[64];
-  std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", index + 1, kShards);
+  std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", index + 1, shards);
   return name;
 }
 
@@ -551,16 +549,90 @@ void write_side_files(const std::filesystem::path& out, const MiniDims& dims, co
   }
 }
 
+// model.safetensors.index.json, byte for byte what io::write_index writes for these sorted
+// entries, but in O(n log n): ordered_json's objects find keys by linear search, so
+// io::write_index takes O(n^2): ~20 s for shape real-count's 100K tensors, ~55 s for its
+// reference's 193K, on a 2-core VM.
+void write_index(const std::filesystem::path& path, uint64_t total_size,
+                 const std::map<std::string, std::string>& weight_map) {
+  const nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
+  io::write_file_atomic(path, index.dump(2) + "\n");
+}
+
 Preset parse_preset(const std::string& name) {
   if (name == "dsv41-mini") return Preset::deepseek_fp8;
   if (name == "dsv41-mini-ref-nvfp4") return Preset::reference_nvfp4;
   throw PipelineError("shardq fixture: unknown preset '" + name + "' (dsv41-mini | dsv41-mini-ref-nvfp4)");
 }
 
+// The groups of a fixture, bucketed by shard (in order within each shard), and the
+// builder their write functions refer to.
+struct BuiltFixture {
+  MiniDims dims;
+  std::unique_ptr<FixtureBuilder> builder;
+  EngramConfig engram;
+  std::vector<std::vector<Group>> shards;
+};
+
+BuiltFixture build_fixture(const FixtureArgs& args) {
+  const Preset preset = parse_preset(args.preset);
+  BuiltFixture built;
+  built.dims = fixture_dims(args.shape);
+  built.builder = std::make_unique<FixtureBuilder>(preset, built.dims, args.seed, args.engram_vocab);
+  std::vector<Group> groups = built.builder->build();
+  built.engram = built.builder->engram();
+  built.shards.resize(size_t(built.dims.shards()));
+  for (Group& group : groups) built.shards.at(size_t(group.shard)).push_back(std::move(group));
+  return built;
+}
+
 } // namespace
 
-EngramConfig mini_engram_config(uint64_t engram_vocab) {
-  const MiniDims dims;
+MiniDims fixture_dims(const std::string& shape) {
+  if (shape == "mini") return MiniDims{};
+  if (shape != "real-count") throw PipelineError("shardq fixture: unknown shape '" + shape + "' (mini | real-count)");
+  MiniDims dims;
+  dims.hidden = 64;
+  dims.vocab = 256;
+  dims.layers = 40;
+  dims.heads = 2;
+  dims.head_dim = 32;
+  dims.q_lora_rank = 32;
+  dims.o_lora_rank = 32;
+  dims.moe_intermediate = 32;
+  dims.routed_experts = 384;
+  dims.experts_per_token = 6;
+  dims.mtp_layers = 3;
+  dims.index_heads = 2;
+  dims.index_head_dim = 32;
+  dims.compress_layers = {2, 8, 14, 20, 26, 32, 38};
+  dims.default_engram_vocab = 300;
+  dims.layer_shards = 40;
+  dims.separate_head_shard = true;
+  dims.mtp_own_shards = true;
+  dims.uncalibrated_experts = {{3, 5}, {9, 2}, {21, 200}, {39, 383}};
+  return dims;
+}
+
+size_t FixturePlan::tensor_count() const {
+  size_t count = 0;
+  for (const auto& shard : tensors) count += shard.size();
+  return count;
+}
+
+FixturePlan plan_fixture(const FixtureArgs& args) {
+  const BuiltFixture built = build_fixture(args);
+  FixturePlan plan;
+  plan.engram = built.engram;
+  for (size_t shard = 0; shard < built.shards.size(); ++shard) {
+    plan.shards.push_back(shard_name(int(shard), int(built.shards.size())));
+    auto& specs = plan.tensors.emplace_back();
+    for (const Group& group : built.shards[shard]) specs.insert(specs.end(), group.specs.begin(), group.specs.end());
+  }
+  return plan;
+}
+
+EngramConfig mini_engram_config(uint64_t engram_vocab, const MiniDims& dims) {
   EngramConfig config;
   config.layer_ids = dims.engram_layers;
   config.max_ngram_size = dims.engram_max_ngram;
@@ -575,24 +647,19 @@ EngramConfig mini_engram_config(uint64_t engram_vocab) {
 FixtureResult write_fixture(const FixtureArgs& args) {
   const Preset preset = parse_preset(args.preset);
   if (args.out.empty()) throw PipelineError("shardq fixture: --out is required");
+  const BuiltFixture built = build_fixture(args);
   const std::filesystem::path out(args.out);
   std::filesystem::create_directories(out);
-  FixtureBuilder builder(preset, args.seed, args.engram_vocab);
-  std::vector<Group> groups = builder.build();
   FixtureResult result;
-  result.engram = builder.engram();
+  result.engram = built.engram;
   std::map<std::string, std::string> sorted_map;
-  for (int shard = 0; shard < kShards; ++shard) {
+  for (size_t shard = 0; shard < built.shards.size(); ++shard) {
     std::vector<TensorSpec> specs;
-    for (const Group& group : groups) {
-      if (group.shard == shard) specs.insert(specs.end(), group.specs.begin(), group.specs.end());
-    }
-    const std::string name = shard_name(shard);
+    for (const Group& group : built.shards[shard]) specs.insert(specs.end(), group.specs.begin(), group.specs.end());
+    const std::string name = shard_name(int(shard), int(built.shards.size()));
     Writer writer(out / name, specs, {{"format", "pt"}});
     writer.open(false);
-    for (const Group& group : groups) {
-      if (group.shard == shard) group.write(writer);
-    }
+    for (const Group& group : built.shards[shard]) group.write(writer);
     writer.finish();
     for (const TensorInfo& tensor : writer.tensors()) {
       sorted_map[tensor.name] = name;
@@ -600,11 +667,9 @@ FixtureResult write_fixture(const FixtureArgs& args) {
     }
     result.shards.push_back(name);
   }
-  io::ShardIndex index;
-  index.total_size = result.tensor_bytes;
-  index.weight_map.assign(sorted_map.begin(), sorted_map.end());
-  io::write_index(out / io::kIndexFileName, index);
-  write_side_files(out, MiniDims{}, result.engram, preset);
+  result.tensors = sorted_map.size();
+  write_index(out / io::kIndexFileName, result.tensor_bytes, sorted_map);
+  write_side_files(out, built.dims, result.engram, preset);
   return result;
 }
 

@@ -28,8 +28,15 @@ void add_inspect(CLI::App& app, shardq::InspectArgs& args) {
 void add_fixture(CLI::App& app, shardq::FixtureArgs& args) {
   auto* sub = app.add_subcommand("fixture", "Write a miniature DeepSeek-V4.1 checkpoint");
   sub->add_option("--preset", args.preset, "dsv41-mini | dsv41-mini-ref-nvfp4");
+  sub->add_option("--shape", args.shape,
+                  "mini (default): hidden 256, 16 layers x 8 routed experts, 2 MTP layers, 6 shards (~60 MB) | "
+                  "real-count: the real model's tensor count at small sizes: 40 layers x 384 routed experts "
+                  "+ 3 MTP layers (49,536 expert projections, 100K tensors; the reference 193K), Engram at "
+                  "layers 1 and 14, hidden 64, moe_intermediate 32, one shard per layer: 46 shards (~90 MB)")
+      ->check(CLI::IsMember({"mini", "real-count"}));
   sub->add_option("--out", args.out, "output folder")->required();
-  sub->add_option("--engram-vocab", args.engram_vocab, "engram_vocab_size (scales the tables)");
+  sub->add_option("--engram-vocab", args.engram_vocab,
+                  "engram_vocab_size (scales the tables; default 2000, real-count 300)");
   sub->add_option("--seed", args.seed, "random seed (same seed, same bytes)");
 }
 

@@ -178,7 +178,7 @@ one, two = statistics.median(ones), statistics.median(twos)
 print(f"{cores} cores, load average {load}")
 print(f"{'shardq run ' + method + ' -np 1':28s} {one:9.2f} s  (runs: {', '.join(f'{t:.2f}' for t in ones)})")
 print(f"{'shardq run ' + method + ' -np 2':28s} {two:9.2f} s  (runs: {', '.join(f'{t:.2f}' for t in twos)})")
-# The target is for the compute-bound product method; rtn waits on the disk (README).
+# The target is for the compute-bound product method; rtn waits on the disk (docs/benchmarks.md).
 target = "(target >= 1.8)" if method != "rtn" else "(disk-bound: the target is for gptq-mse)"
 print(f"{'speedup np2 / np1 ' + method:28s} {one / two:9.2f} {target}")
 if ceiling:
@@ -250,8 +250,138 @@ print(f"{'ratio shardq / cp':24s} {run_s / cp_s:9.2f} (target <= 1.3)")
 PY
 }
 
+# W8A8 INT8 rows on one core (4096 rows x 2048 columns): FP8 32x32-block and FP4 expert
+# rows decoded and quantized per channel (decode_linear_row + quantize_row_int8_ref), and
+# the codec's whole chunk (encode_chunk), next to memcpy of the same output bytes (I8 codes
+# + F32 scales); prints GB/s of output and the ratio to memcpy. Target: rows >= 0.5x memcpy.
+bench_int8_rows() {
+  local json
+  json=$(mktemp)
+  taskset -c 0 "$build_dir/tests/shardq_bench" --benchmark_filter='int8' \
+    --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPETITIONS:-8}" \
+    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+    --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
+  python3 - "$json" <<'PY'
+import json, sys
+runs = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
+base = runs["BM_memcpy_int8_output"]["GB/s"]
+print("medians of interleaved repetitions, one core; GB/s of output (I8 codes + F32 scales)")
+print(f"{'benchmark':24s} {'GB/s':>8s} {'M rows/s':>9s} {'x memcpy':>9s}")
+for name in ("BM_memcpy_int8_output", "BM_int8_fp8_rows", "BM_int8_fp4_rows", "BM_int8_fp8_codec", "BM_int8_fp4_codec"):
+    b = runs[name]
+    target = "   (target >= 0.5)" if name.endswith("_rows") else ""
+    print(f"{name:24s} {b['GB/s']:8.3f} {b['rows/s'] / 1e6:9.3f} {b['GB/s'] / base:9.3f}{target}")
+PY
+  rm -f "$json"
+}
+
+# The INT8 bench's own source (the e2e fixture's linears are ~32 MB: INT8 links the Engram
+# shards it does not rewrite): BENCH_INT8_LAYERS shards (default 4), each one layer of
+# DeepSeek-sized linears (hidden 7168): attn.wq_a [1536, 7168] (BF16 by the demo ignore
+# list), wq_b [4096, 1536], wo_b [7168, 4096], shared experts w1/w3 [2048, 7168] and w2
+# [7168, 2048] in FP8 with E8M0 32x32 blocks, BENCH_INT8_EXPERTS (default 8) FP4 experts
+# of the same shapes (E2M1 two per byte, E8M0 per 32), a norm and a router gate in BF16:
+# ~1.07 GB in by default. Random codes (no NaN), scales 2^-15..2^-4. Made once, kept in
+# BENCH_WORK (default build_dir/bench-e2e)/int8-src. Prints the folder.
+int8_fixture() {
+  local src="${BENCH_WORK:-$build_dir/bench-e2e}/int8-src"
+  if [ ! -f "$src/model.safetensors.index.json" ]; then
+    python3 - "$src" "${BENCH_INT8_LAYERS:-4}" "${BENCH_INT8_EXPERTS:-8}" <<'PY'
+import json, os, struct, sys
+import numpy as np
+out, layers, experts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+hidden, inter, q_lora, heads_dim = 7168, 2048, 1536, 4096
+os.makedirs(out, exist_ok=True)
+rng = np.random.default_rng(3)
+def scales(shape):
+    return ("F8_E8M0", rng.integers(112, 124, size=shape, dtype=np.uint8))
+def fp8(shape):  # E4M3 codes [out, in], E8M0 [ceil(out/32), ceil(in/32)]
+    codes = rng.integers(0, 256, size=shape, dtype=np.uint8)
+    codes[(codes & 0x7F) == 0x7F] = 0x7E
+    return [("F8_E4M3", codes), scales(((shape[0] + 31) // 32, (shape[1] + 31) // 32))]
+def fp4(shape):  # E2M1 codes [out, in/2], E8M0 [out, in/32]
+    return [("I8", rng.integers(0, 256, size=(shape[0], shape[1] // 2), dtype=np.uint8)), scales((shape[0], shape[1] // 32))]
+def bf16(shape):
+    return ("BF16", (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+weight_map, total = {}, 0
+for layer in range(layers):
+    shard, p = f"model-{layer + 1:05d}-of-{layers:05d}.safetensors", f"layers.{layer}"
+    tensors = [(f"{p}.attn_norm.weight", *bf16((hidden,)))]
+    def linear(name, make, shape):
+        (wd, w), (sd, s) = make(shape)
+        tensors.extend([(f"{name}.weight", wd, w), (f"{name}.scale", sd, s)])
+    linear(f"{p}.attn.wq_a", fp8, (q_lora, hidden))
+    linear(f"{p}.attn.wq_b", fp8, (heads_dim, q_lora))
+    linear(f"{p}.attn.wo_b", fp8, (hidden, heads_dim))
+    tensors.append((f"{p}.ffn.gate.weight", *bf16((experts, hidden))))
+    projections = (("w1", (inter, hidden)), ("w2", (hidden, inter)), ("w3", (inter, hidden)))
+    for w, shape in projections:
+        linear(f"{p}.ffn.shared_experts.{w}", fp8, shape)
+    for e in range(experts):
+        for w, shape in projections:
+            linear(f"{p}.ffn.experts.{e}.{w}", fp4, shape)
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, dtype, data in tensors:
+        header[name] = {"dtype": dtype, "shape": list(data.shape), "data_offsets": [offset, offset + data.nbytes]}
+        offset += data.nbytes
+        weight_map[name] = shard
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(f"{out}/{shard}", "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for _, _, data in tensors:
+            f.write(data.tobytes())
+    total += offset
+json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, open(f"{out}/model.safetensors.index.json", "w"), indent=2)
+config = {"architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v4_1", "hidden_size": hidden,
+          "num_hidden_layers": layers, "moe_intermediate_size": inter, "n_routed_experts": experts,
+          "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [32, 32],
+                                  "scale_fmt": "ue8m0", "expert_dtype": "fp4"}}
+json.dump(config, open(f"{out}/config.json", "w"), indent=2)
+PY
+  fi
+  echo "$src"
+}
+
+# The whole w8a8-int8 job (one rank, the demo job's ignore list) on int8_fixture, next to
+# `cp` + fsync of the shards it rewrites (all of them here), both from a warm page cache.
+# INT8 writes more than it reads (an FP4 expert doubles, a BF16 linear doubles), so both
+# sizes are printed. Target: shardq <= 1.5x cp.
+bench_int8() {
+  local src work shards=() bytes=0 start cp_s run_s out_bytes
+  src=$(int8_fixture)
+  work=$(dirname "$src")
+  mapfile -t shards < <(cd "$src" && ls ./*.safetensors | sed 's#^./##')
+  rm -rf "$work/cp" "$work/out-int8" && mkdir -p "$work/cp"
+  for shard in "${shards[@]}"; do
+    cat "$src/$shard" >/dev/null
+    bytes=$((bytes + $(stat -c %s "$src/$shard")))
+  done
+  start=$(now)
+  for shard in "${shards[@]}"; do cp "$src/$shard" "$work/cp/$shard" && sync "$work/cp/$shard"; done
+  cp_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  rm -rf "$work/cp"
+  start=$(now)
+  "$build_dir/shardq" run jobs/demo-w8a8-int8.toml --src "$src" --dst "$work/out-int8" \
+    --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-2048}" >"$work/out-int8.log" 2>&1 ||
+    { echo "shardq run failed:" >&2; tail -5 "$work/out-int8.log" >&2; return 1; }
+  run_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  out_bytes=$(cat "$work"/out-int8/*.safetensors | wc -c)
+  rm -rf "$work/out-int8"
+  python3 - "$bytes" "$out_bytes" "$cp_s" "$run_s" "${#shards[@]}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import sys
+size, out_size, cp_s, run_s, shards, load = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
+print(f"rewritten shards: {shards}, {size / 1e9:.3f} GB in, {out_size / 1e9:.3f} GB out; load average {load}")
+print(f"{'cp + fsync':24s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s")
+print(f"{'shardq run int8 (1 rank)':24s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s in, {out_size / run_s / 1e9:.3f} GB/s out")
+print(f"{'ratio shardq / cp':24s} {run_s / cp_s:9.2f} (target <= 1.5)")
+# The same, per byte written: what the disk alone would make of the larger output.
+print(f"{'  per byte written':24s} {(run_s / out_size) / (cp_s / size):9.2f}")
+PY
+}
+
 main() {
-  local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling bench_transcode bench_1017)
+  local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling bench_transcode bench_1017 bench_int8_rows bench_int8)
   if [ $# -ge 1 ]; then
     "bench_$1"
   else

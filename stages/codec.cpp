@@ -51,7 +51,8 @@ bool encode_engram_nvfp4(const ChunkInput& chunk, const EncodeContext& context, 
 }
 
 // Engram MXFP4: each row dequantized exactly, then NVIDIA's MXFP4 rule; the row's sums of
-// x^2, deq^2 and (deq - x)^2 give the report's cosine and relative error.
+// x^2, deq^2 and (deq - x)^2 give the report's cosine and relative error. The SIMD kernel
+// does both steps in one pass, bit-identical to dequantize_chunk_row + quantize_row_mxfp4_ref.
 bool encode_engram_mxfp4(const ChunkInput& chunk, EncodedChunk& out, const std::atomic<bool>* cancel) {
   const Fp8RowChunk rows = fp8_rows(chunk);
   check_fp8_chunk(rows);
@@ -60,14 +61,12 @@ bool encode_engram_mxfp4(const ChunkInput& chunk, EncodedChunk& out, const std::
   out.buffers[0].resize(rows.rows * uint64_t(packed_cols));
   out.buffers[1].resize(rows.rows * uint64_t(scale_cols));
   out.stats = ChunkStats{};
-  thread_local std::vector<float> values;
-  values.resize(size_t(cols));
   for (uint64_t r = 0; r < rows.rows; ++r) {
     if (r % 256 == 0 && cancel && cancel->load(std::memory_order_relaxed)) return false;
-    dequantize_chunk_row(rows, r, values.data());
     const uint8_t* scales = out.buffers[1].data() + r * uint64_t(scale_cols);
-    const Mxfp4RowSums sums = quantize_row_mxfp4_ref(values.data(), cols, out.buffers[0].data() + r * uint64_t(packed_cols),
-                                                     out.buffers[1].data() + r * uint64_t(scale_cols));
+    const Mxfp4RowSums sums = quantize_row_mxfp4_from_fp8_simd(
+        rows.codes.data() + r * uint64_t(cols), rows.scales.data() + r * uint64_t(scale_cols), cols,
+        out.buffers[0].data() + r * uint64_t(packed_cols), out.buffers[1].data() + r * uint64_t(scale_cols));
     ++out.stats.rows;
     out.stats.blocks += uint64_t(scale_cols);
     out.stats.zero_blocks += uint64_t(std::count(scales, scales + scale_cols, uint8_t{0}));

@@ -11,8 +11,12 @@
 #include <random>
 #include <vector>
 
+#include "kernels/int8.h"
 #include "kernels/mxfp4.h"
 #include "kernels/nvfp4.h"
+#include "stages/codec.h"
+#include "stages/linear_rows.h"
+#include "stages/recipes/recipe.h"
 
 namespace {
 
@@ -291,6 +295,116 @@ void BM_transcode_mxfp4_nvfp4(benchmark::State& state) {
   set_expert_counters(state);
 }
 
+// W8A8 INT8 rows (seed 003) on one core: a source linear decoded exactly (FP8 E4M3 with
+// E8M0 per 32x32 block, or a DeepSeek FP4 expert: E2M1 two per byte, E8M0 per 32 of a row)
+// and quantized per channel (quantize_row_int8_ref), 4096 rows x 2048 columns; then the
+// codec's whole chunk (encode_chunk: NaN scan, decode, quantize, figures); next to memcpy
+// of the same output bytes. GB/s counts OUTPUT bytes: I8 codes + one F32 scale per row
+// (8 MiB + 16 KiB).
+constexpr int kInt8Rows = 4096;
+constexpr int kInt8Cols = 2048;
+constexpr size_t kInt8CodeBytes = size_t(kInt8Rows) * kInt8Cols;
+constexpr size_t kInt8ScaleBytes = size_t(kInt8Rows) * sizeof(float);
+
+struct LinearSourceBytes {
+  std::vector<uint8_t> codes, scales;
+};
+
+// E4M3 [4096, 2048] (no NaN code), E8M0 [128, 64] around 2^-8.
+const LinearSourceBytes& int8_fp8_source() {
+  static const LinearSourceBytes source = [] {
+    LinearSourceBytes out{std::vector<uint8_t>(kInt8CodeBytes), std::vector<uint8_t>(size_t(kInt8Rows / 32) * (kInt8Cols / 32))};
+    std::mt19937 rng(46);
+    for (auto& c : out.codes) {
+      c = uint8_t(rng());
+      if (shardq::E4M3::is_nan(c)) c = 0x7E;
+    }
+    for (auto& s : out.scales) s = uint8_t(115 + rng() % 10);
+    return out;
+  }();
+  return source;
+}
+
+// E2M1 codes [4096, 2048 / 2], E8M0 [4096, 2048 / 32].
+const LinearSourceBytes& int8_fp4_source() {
+  static const LinearSourceBytes source = [] {
+    LinearSourceBytes out{std::vector<uint8_t>(kInt8CodeBytes / 2), std::vector<uint8_t>(size_t(kInt8Rows) * (kInt8Cols / 32))};
+    std::mt19937 rng(47);
+    for (auto& c : out.codes) c = uint8_t(rng());
+    for (auto& s : out.scales) s = uint8_t(115 + rng() % 10);
+    return out;
+  }();
+  return source;
+}
+
+void set_int8_counters(benchmark::State& state) {
+  const double iterations = double(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(iterations * double(kInt8CodeBytes + kInt8ScaleBytes) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["rows/s"] = benchmark::Counter(iterations * kInt8Rows, benchmark::Counter::kIsRate);
+}
+
+// decode_linear_row (the stage's exact decode) + quantize_row_int8_ref, row by row.
+void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, const LinearSourceBytes& source) {
+  const shardq::LinearRows rows{kind, "weight", "scale", 0, kInt8Rows, kInt8Cols, source.codes, source.scales};
+  std::vector<int8_t> codes(kInt8CodeBytes);
+  std::vector<float> scales(kInt8Rows), values(kInt8Cols);
+  for (auto _ : state) {
+    double error_sq = 0.0;
+    for (int r = 0; r < kInt8Rows; ++r) {
+      shardq::decode_linear_row(rows, uint64_t(r), values.data());
+      shardq::Int8RowSums sums;
+      scales[size_t(r)] = shardq::quantize_row_int8_ref(values.data(), kInt8Cols, codes.data() + size_t(r) * kInt8Cols, &sums);
+      error_sq += sums.error_sq;
+    }
+    benchmark::DoNotOptimize(error_sq);
+    benchmark::ClobberMemory();
+  }
+  set_int8_counters(state);
+}
+
+void BM_int8_fp8_rows(benchmark::State& state) { run_int8_rows(state, shardq::LinearSource::fp8_block32, int8_fp8_source()); }
+void BM_int8_fp4_rows(benchmark::State& state) { run_int8_rows(state, shardq::LinearSource::fp4_row32, int8_fp4_source()); }
+
+// The codec's chunk of 4096 rows as the worker calls it (output buffers reused).
+void run_int8_codec(benchmark::State& state, shardq::CodecKind codec, const LinearSourceBytes& source) {
+  const bool fp8 = codec == shardq::CodecKind::fp8_to_int8;
+  shardq::Task task;
+  task.name = "bench";
+  task.codec = codec;
+  task.inputs = {"bench.weight", "bench.scale"};
+  task.outputs = {{"bench.weight", shardq::Dtype::I8, {kInt8Rows, kInt8Cols}},
+                  {"bench.weight_scale", shardq::Dtype::F32, {kInt8Rows, 1}}};
+  task.rows = kInt8Rows;
+  task.cols = kInt8Cols;
+  task.row_alignment = fp8 ? 32 : 1;
+  task.rows_per_chunk = kInt8Rows;
+  if (fp8) task.input_row_groups = {1, 32};
+  const shardq::CodecParams params;
+  const shardq::EncodeContext context{params, 0.0f, nullptr};
+  const shardq::ChunkInput chunk{task, 0, kInt8Rows, {source.codes, source.scales}, nullptr};
+  shardq::EncodedChunk out;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(shardq::encode_chunk(chunk, context, out, nullptr));
+    benchmark::ClobberMemory();
+  }
+  set_int8_counters(state);
+}
+
+void BM_int8_fp8_codec(benchmark::State& state) { run_int8_codec(state, shardq::CodecKind::fp8_to_int8, int8_fp8_source()); }
+void BM_int8_fp4_codec(benchmark::State& state) { run_int8_codec(state, shardq::CodecKind::fp4_to_int8, int8_fp4_source()); }
+
+// memcpy of the output bytes (codes + scales) the rows above write.
+void BM_memcpy_int8_output(benchmark::State& state) {
+  std::vector<uint8_t> from_codes(kInt8CodeBytes, 1), to_codes(kInt8CodeBytes);
+  std::vector<uint8_t> from_scales(kInt8ScaleBytes, 2), to_scales(kInt8ScaleBytes);
+  for (auto _ : state) {
+    std::memcpy(to_codes.data(), from_codes.data(), kInt8CodeBytes);
+    std::memcpy(to_scales.data(), from_scales.data(), kInt8ScaleBytes);
+    benchmark::ClobberMemory();
+  }
+  set_int8_counters(state);
+}
+
 } // namespace
 
 BENCHMARK(BM_memcpy_fp32_rows)->Unit(benchmark::kMillisecond);
@@ -309,5 +423,10 @@ BENCHMARK(BM_mxfp4_codec_row_decode_simd)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_mxfp4_codec_row_fused)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_memcpy_mxfp4_expert_bytes)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_transcode_mxfp4_nvfp4)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_memcpy_int8_output)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_fp8_rows)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_fp4_rows)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_fp8_codec)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_fp4_codec)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "kernels/formats.h"
@@ -63,7 +64,7 @@ std::vector<uint8_t> read_tensor(const io::Reader& reader, const std::string& na
   return bytes;
 }
 
-// Smallest primes > vocab - 1, distinct across layers, 24 per layer (DSV41.md), by trial division.
+// Smallest primes > vocab - 1, distinct across layers, 24 per layer (docs/formats.md "Prime layout"), by trial division.
 std::vector<uint64_t> expected_table_rows(uint64_t vocab) {
   auto is_prime = [](uint64_t n) {
     for (uint64_t d = 2; d * d <= n; ++d) {
@@ -338,6 +339,129 @@ TEST(Fixture, ReferenceNvfp4Preset) {
 
 TEST(Fixture, UnknownPresetRefused) {
   EXPECT_THROW(make(temp_dir("bad"), "dsv41-huge", 1, 0), std::exception);
+}
+
+TEST(Fixture, UnknownShapeRefused) {
+  FixtureArgs args;
+  args.shape = "real";
+  args.out = temp_dir("bad_shape").string();
+  EXPECT_THROW(plan_fixture(args), std::exception);
+  EXPECT_THROW(write_fixture(args), std::exception);
+  EXPECT_FALSE(fs::exists(args.out));
+}
+
+// The plan names what the writer writes: the same shards, each with the same tensors.
+TEST_F(FixtureTest, PlanMatchesTheWrittenFixture) {
+  FixtureArgs args;
+  args.out = dir_->string();
+  const FixturePlan plan = plan_fixture(args);
+  ASSERT_EQ(plan.shards.size(), 6u);
+  size_t tensors = 0;
+  for (size_t s = 0; s < plan.shards.size(); ++s) {
+    EXPECT_EQ(plan.shards[s], shard(int(s) + 1).filename().string());
+    std::set<std::string> planned, written;
+    for (const auto& spec : plan.tensors[s]) planned.insert(spec.name);
+    const io::Reader reader(shard(int(s) + 1));
+    for (const auto& t : reader.tensors()) written.insert(t.name);
+    EXPECT_EQ(planned, written) << plan.shards[s];
+    tensors += written.size();
+  }
+  EXPECT_EQ(plan.tensor_count(), tensors);
+  EXPECT_EQ(read_json(*dir_ / "model.safetensors.index.json")["weight_map"].size(), tensors);
+}
+
+// Shape real-count (planned, not written): the real model's tensor count, 40 layers x 384
+// routed experts + 3 MTP layers, at sizes that keep every block whole; one shard per
+// layer, one for the head, one per MTP layer, one per table.
+TEST(Fixture, RealCountShapeHasTheRealTensorCount) {
+  FixtureArgs args;
+  args.shape = "real-count";
+  args.out = "unused";
+  const FixturePlan plan = plan_fixture(args);
+  ASSERT_EQ(plan.shards.size(), 46u);
+  EXPECT_EQ(plan.shards.front(), "model-00001-of-00046.safetensors");
+  EXPECT_EQ(plan.shards.back(), "model-00046-of-00046.safetensors");
+  const std::regex expert(R"(^(layers|mtp)\.(\d+)\.ffn\.experts\.(\d+)\.w([123])\.(weight|scale)$)");
+  std::map<std::string, size_t> shard_of;
+  size_t main_experts = 0, mtp_experts = 0, fp8_linears = 0;
+  std::set<int> expert_ids;
+  for (size_t s = 0; s < plan.shards.size(); ++s) {
+    for (const auto& spec : plan.tensors[s]) {
+      shard_of[spec.name] = s;
+      std::smatch m;
+      if (std::regex_match(spec.name, m, expert)) {
+        const bool w2 = m[4] == "2", weight = m[5] == "weight";
+        const std::vector<uint64_t> shape = weight ? std::vector<uint64_t>{w2 ? 64u : 32u, w2 ? 16u : 32u}
+                                                   : std::vector<uint64_t>{w2 ? 64u : 32u, w2 ? 1u : 2u};
+        EXPECT_EQ(spec.dtype, weight ? Dtype::I8 : Dtype::F8_E8M0) << spec.name;
+        EXPECT_EQ(spec.shape, shape) << spec.name;
+        if (weight) ++(m[1] == "mtp" ? mtp_experts : main_experts);
+        expert_ids.insert(std::stoi(m[3]));
+        if (m[1] == "layers") EXPECT_EQ(s, size_t(std::stoi(m[2]))) << spec.name; // one shard per layer
+        if (m[1] == "mtp") EXPECT_EQ(s, 41u + size_t(std::stoi(m[2]))) << spec.name;
+      }
+      if (spec.dtype == Dtype::F8_E4M3 && spec.name.ends_with(".weight") && !spec.name.ends_with("embed.weight")) {
+        ++fp8_linears;
+        for (uint64_t d : spec.shape) EXPECT_EQ(d % 32, 0u) << spec.name; // whole 32x32 blocks
+      }
+    }
+  }
+  EXPECT_EQ(main_experts, 40u * 384u * 3u);
+  EXPECT_EQ(mtp_experts, 3u * 384u * 3u);
+  EXPECT_EQ(expert_ids.size(), 384u);
+  // Per layer 5 attention + 3 shared-expert linears, compressor and indexer (4) at 7
+  // layers, Engram wkv at 2; per MTP layer e_proj, h_proj, 5 attention, 3 shared.
+  EXPECT_EQ(fp8_linears, 40u * 8u + 7u * 4u + 2u + 3u * 10u);
+  // Per layer 2333 (1 + 13 attention + 6 mHC + 1 + 2312 MoE), +10 at a compressor layer,
+  // +4 at an Engram layer; embed and head 6; MTP 2334 each; the 2 tables' 4.
+  EXPECT_EQ(plan.tensor_count(), 40u * 2333u + 7u * 10u + 2u * 4u + 6u + 3u * 2334u + 4u);
+  EXPECT_EQ(shard_of.at("embed.weight"), 0u);
+  EXPECT_EQ(shard_of.at("head.weight"), 40u);
+  EXPECT_EQ(shard_of.at("layers.14.engram.wkv.weight"), 14u);
+  EXPECT_EQ(plan.tensors[44].size(), 2u);
+  EXPECT_EQ(plan.tensors[45].size(), 2u);
+  EXPECT_EQ(shard_of.at("layers.1.engram.embed.weight"), 44u);
+  EXPECT_EQ(shard_of.at("layers.14.engram.embed.scale"), 45u);
+  // The Engram config and tables follow the prime layout from the shape's vocab (300).
+  const auto expected = expected_table_rows(300);
+  EXPECT_EQ(plan.engram.layer_ids, (std::vector<int>{1, 14}));
+  EXPECT_EQ(plan.engram.num_embeddings, expected);
+  const EngramLayout layout(plan.engram);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& table = plan.tensors[44 + i][0];
+    EXPECT_EQ(table.shape, (std::vector<uint64_t>{expected[i], 256})) << table.name;
+    EXPECT_NO_THROW(layout.check(plan.engram.layer_ids[i], table.shape[0]));
+  }
+}
+
+// The real-count reference: ModelOpt tensors for the 40 main layers' experts (an
+// input_scale per projection), DeepSeek's for the MTP layers, the same shards otherwise.
+TEST(Fixture, RealCountReferenceHasNvfp4Experts) {
+  FixtureArgs args;
+  args.shape = "real-count";
+  args.preset = "dsv41-mini-ref-nvfp4";
+  args.out = "unused";
+  const FixturePlan plan = plan_fixture(args);
+  ASSERT_EQ(plan.shards.size(), 46u);
+  size_t input_scales = 0, nvfp4_weights = 0, mtp_fp4 = 0;
+  for (const auto& shard : plan.tensors) {
+    for (const auto& spec : shard) {
+      if (spec.name.ends_with(".input_scale")) ++input_scales;
+      if (spec.name.ends_with(".weight_scale")) {
+        ++nvfp4_weights;
+        EXPECT_EQ(spec.dtype, Dtype::F8_E4M3);
+        EXPECT_EQ(spec.shape[1] * 16, spec.name.find(".w2.") != std::string::npos ? 32u : 64u) << spec.name;
+      }
+      if (spec.name.starts_with("mtp.") && spec.name.find(".experts.") != std::string::npos && spec.dtype == Dtype::I8) ++mtp_fp4;
+    }
+  }
+  EXPECT_EQ(input_scales, 40u * 384u * 3u);
+  EXPECT_EQ(nvfp4_weights, 40u * 384u * 3u);
+  EXPECT_EQ(mtp_fp4, 3u * 384u * 3u);
+  EXPECT_EQ(plan.tensor_count(), 100410u + 40u * 384u * 3u * 2u);
+  // Same vocab, same tables: the reference's Engram config matches the source's.
+  args.preset = "dsv41-mini";
+  EXPECT_EQ(plan.engram.num_embeddings, plan_fixture(args).engram.num_embeddings);
 }
 
 } // namespace
