@@ -5,6 +5,7 @@
 
 #include "pipeline/commands.h"
 #include "pipeline/run.h"
+#include "pipeline/signals.h"
 
 namespace shardq {
 
@@ -12,7 +13,10 @@ namespace shardq {
 // rank ends the whole job (MPI_Abort), so a failing rank never leaves the others hanging.
 int cmd_run(const RunArgs& args) {
   int provided = 0;
-  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  {
+    const StopSignalsHeld held; // a stop during MPI_Init reaches our handler after it
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  }
   int code = kExitError;
   try {
     code = run_job(args);

@@ -16,7 +16,10 @@ namespace {
 // before (~20 ms there): a signal then still kills the process, before it wrote anything.
 // `run` is always argv[1]: the app has no options of its own.
 void install_stop_signals_for_run(int argc, char** argv, char**) {
-  if (argc > 1 && std::strcmp(argv[1], "run") == 0) shardq::install_stop_signals();
+  if (argc > 1 && std::strcmp(argv[1], "run") == 0) {
+    shardq::install_stop_signals();
+    shardq::hold_stop_signals(); // until MPI_Init is done (cmd_run): constructors run between
+  }
 }
 [[gnu::section(".preinit_array"), gnu::used]] constexpr auto kStopSignalsFirst = &install_stop_signals_for_run;
 

@@ -1,5 +1,6 @@
 #include "pipeline/signals.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,6 +55,30 @@ void install_stop_signals() {
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaction(signal, &action, nullptr);
+}
+
+namespace {
+
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signal : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&set, signal);
+  return set;
+}
+
+} // namespace
+
+void hold_stop_signals() {
+  const sigset_t held = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &held, nullptr);
+}
+
+StopSignalsHeld::StopSignalsHeld() { hold_stop_signals(); }
+
+StopSignalsHeld::~StopSignalsHeld() {
+  install_stop_signals();
+  const sigset_t held = stop_signal_set();
+  pthread_sigmask(SIG_UNBLOCK, &held, nullptr); // a pending stop is delivered here
 }
 
 bool stop_requested() { return g_stop_signal != 0; }

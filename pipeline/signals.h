@@ -14,6 +14,22 @@ namespace shardq {
 // stopping as soon as it starts.
 void install_stop_signals();
 bool stop_requested();
+
+// Holds the stop signals pending while a library starts (MPI_Init: under load a stop that
+// arrived during it still ended the process with 143): on release ours are installed again
+// and a signal that came meanwhile reaches them, so it ends in 75 like any other. Threads
+// the library starts meanwhile keep them blocked and never take them.
+// hold_stop_signals() alone starts the hold before main (shared libraries' constructors
+// run after .preinit_array and may reset the handlers); the hold ends when a
+// StopSignalsHeld ends.
+void hold_stop_signals();
+class StopSignalsHeld {
+ public:
+  StopSignalsHeld();
+  ~StopSignalsHeld();
+  StopSignalsHeld(const StopSignalsHeld&) = delete;
+  StopSignalsHeld& operator=(const StopSignalsHeld&) = delete;
+};
 int stop_signal(); // the signal number that asked to stop (0 if none)
 
 // The run's lock files (run_lock.h, at most kFastExitFiles) that the second signal's
