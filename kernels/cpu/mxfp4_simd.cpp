@@ -1,10 +1,13 @@
 // The Engram MXFP4 quantizer (quantize_row_mxfp4_ref: ModelOpt's MXFP4QTensor.quantize) on
-// Highway SIMD, dispatched at run time (foreach_target). Bit-identical to the ref on every
-// input: the same scale byte (mxfp4_scale_code, decided from the bits where that is exact),
-// the same fp32 quotient x * 2^-s, the same nibble (midpoints counted, ties toward zero,
-// sign bit for q <= 0), the same fp32 dequantized value and the same fp64 terms folded in
-// the ref's order (t[i] + t[i+16], then sum_block_fp64's halves; blocks added in order),
-// built with -ffp-contract=off.
+// Highway SIMD, dispatched at run time (foreach_target), and the codec's fused FP8 row
+// (decode + quantize). Bit-identical to the ref on every input: the same scale byte
+// (mxfp4_scale_code, decided from the bits where that is exact, the ref's function
+// elsewhere), the same fp32 quotient x * 2^-s, the same nibble (ties toward zero, sign bit
+// for q <= 0; AVX-512 looks it up from the quotient's bits, other targets count midpoints),
+// the same fp32 dequantized value and the same fp64 terms folded in the ref's order
+// (t[i] + t[i+16], then sum_block_fp64's halves; blocks added in order), built with
+// -ffp-contract=off. kernels/mxfp4.h has the contract; tests/unit/test_mxfp4_simd.cpp holds
+// every compiled target to the ref.
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -187,9 +190,10 @@ HWY_INLINE void SourceTree(const float* x, double* wide, VF& amax, VD& lo, VD& h
   if constexpr (kCount == 1) {
     const DD dd;
     const DH dh;
-    const VF v = hn::LoadU(DF(), x + kStart * kLanes);
-    amax = MaxAbs(amax, v);
-    const VD v_lo = hn::PromoteTo(dd, hn::LowerHalf(dh, v)), v_hi = hn::PromoteTo(dd, hn::UpperHalf(dh, v));
+    const float* at = x + kStart * kLanes;
+    amax = MaxAbs(amax, hn::LoadU(DF(), at));
+    // Halves widened straight from memory: no shuffle for the upper one.
+    const VD v_lo = hn::PromoteTo(dd, hn::LoadU(dh, at)), v_hi = hn::PromoteTo(dd, hn::LoadU(dh, at + kDoubles));
     hn::Store(v_lo, dd, wide + kStart * kLanes);
     hn::Store(v_hi, dd, wide + kStart * kLanes + kDoubles);
     lo = hn::Mul(v_lo, v_lo);
@@ -232,9 +236,10 @@ HWY_INLINE void QuantTree(const float* x, const double* wide, VF inverse, VF sca
 }
 
 // ------------------------------------------------------------ groups of blocks
-// Blocks are taken kGroup at a time: first every block's amax (a vector each), reduced and
-// turned into scale bytes together; then each block's quantization, its three sums left as
-// one vector each; then those vectors folded to the blocks' sums together. Across blocks
+// Blocks are taken kGroup at a time (QuantizeGroup): phase one gives every block's amax
+// vector and source sum vector; the amax vectors are reduced and turned into scale bytes
+// together; phase two quantizes each block, leaving its dequantized and error sums as one
+// vector each; then the sum vectors are folded to the blocks' sums together. Across blocks
 // the reductions are transposed (vectors of different blocks paired lane by lane), which
 // does the horizontal work of several blocks in one shuffle.
 constexpr int kGroup = 8;

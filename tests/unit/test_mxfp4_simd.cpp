@@ -15,6 +15,8 @@
 #include "hwy/targets.h"
 #include "kernels/mxfp4.h"
 #include "kernels/nvfp4.h"
+#include "stages/codec.h"
+#include "stages/recipes/recipe.h"
 
 using namespace shardq;
 
@@ -160,8 +162,9 @@ void expect_rows_equal_ref(const std::vector<float>& values, const std::string& 
 TEST(Mxfp4Simd, RandomRowsEqualRef) {
   for_each_target([](const std::string& on) {
     std::mt19937 rng(11);
+    // Widths of 1, 2, 8, 9, 15 and 224 blocks: whole groups of 8 blocks and remainders.
     for (int trial = 0; trial < 200; ++trial)
-      for (size_t cols : {32, 64, 256, 7168})
+      for (size_t cols : {32, 64, 256, 288, 480, 7168})
         for (float spread : {0.0f, 3.0f, 20.0f})
           expect_simd_equals_ref(random_row(rng, cols, spread), "random " + std::to_string(trial) + on);
   });
@@ -321,12 +324,13 @@ TEST(Mxfp4Simd, EveryFp8CodeTimesScalesEqualsDecodeThenRef) {
 }
 
 // Realistic source rows: random finite codes of both signs, scales near 2^-7 with a few far
-// off, per block; widths 256 (Engram) and 7168.
+// off (up to 254, past the fp16 decode's range), per block; widths 256 (Engram), 7168 and
+// two that end in a partial group of blocks.
 TEST(Mxfp4Simd, RandomFp8RowsEqualDecodeThenRef) {
   for_each_target([](const std::string& on) {
     std::mt19937 rng(17);
     for (int trial = 0; trial < 300; ++trial) {
-      for (size_t cols : {256, 7168}) {
+      for (size_t cols : {96, 256, 288, 7168}) {
         Fp8Row row{std::vector<uint8_t>(cols), std::vector<uint8_t>(cols / 32)};
         for (auto& c : row.codes) {
           c = uint8_t(rng() % 0x7F) | uint8_t(rng() % 2 ? 0x80 : 0);
@@ -336,5 +340,52 @@ TEST(Mxfp4Simd, RandomFp8RowsEqualDecodeThenRef) {
         expect_fused_equals_ref(row, "random fp8 " + std::to_string(trial) + on);
       }
     }
+  });
+}
+
+// The Engram MXFP4 codec (encode_chunk, which now calls the fused kernel) against what it did
+// before: each row decoded by the scalar decoder and quantized by the ref, figures included.
+TEST(Mxfp4SimdCodec, EngramMxfp4ChunkEqualsDecodeThenRef) {
+  constexpr int kRows = 300, kCols = 256, kScaleCols = kCols / 32;
+  Task task;
+  task.name = "layers.0.engram.embed";
+  task.codec = CodecKind::engram_mxfp4;
+  task.inputs = {task.name + ".weight", task.name + ".scale"};
+  task.rows = kRows;
+  task.cols = kCols;
+  task.rows_per_chunk = kRows;
+  std::mt19937 rng(23);
+  std::vector<uint8_t> codes(size_t(kRows) * kCols), scales(size_t(kRows) * kScaleCols);
+  for (auto& c : codes) c = uint8_t(rng() % 0x7F) | uint8_t(rng() % 2 ? 0x80 : 0);
+  for (auto& s : scales) s = uint8_t(rng() % 32 == 0 ? rng() % 255 : 112 + rng() % 16);
+  for (int r = 0; r < kRows; r += 7) // all-zero blocks (+0 and -0 codes): scale byte 0
+    for (int i = 0; i < 32; ++i) codes[size_t(r) * kCols + size_t(i)] = i % 2 ? 0x80 : 0x00;
+
+  Quantized want = empty_for(size_t(kRows) * kCols);
+  ChunkStats want_stats;
+  std::vector<float> x(kCols);
+  for (int r = 0; r < kRows; ++r) {
+    dequantize_row_fp8_e8m0_32(codes.data() + size_t(r) * kCols, scales.data() + size_t(r) * kScaleCols, kCols, x.data());
+    uint8_t* row_scales = want.scales.data() + size_t(r) * kScaleCols;
+    const Mxfp4RowSums sums = quantize_row_mxfp4_ref(x.data(), kCols, want.packed.data() + size_t(r) * kCols / 2, row_scales);
+    ++want_stats.rows;
+    want_stats.blocks += kScaleCols;
+    want_stats.zero_blocks += uint64_t(std::count(row_scales, row_scales + kScaleCols, uint8_t{0}));
+    want_stats.reference_sq.add(sums.source_sq);
+    want_stats.output_sq.add(sums.dequant_sq);
+    want_stats.error_sq.add(sums.error_sq);
+  }
+  ASSERT_GT(want_stats.zero_blocks, 0u);
+
+  for_each_target([&](const std::string& on) {
+    const CodecParams params;
+    const EncodeContext context{params, 0.0f, nullptr};
+    const ChunkInput chunk{task, 0, kRows, {codes, scales}, nullptr};
+    EncodedChunk out;
+    ASSERT_TRUE(encode_chunk(chunk, context, out, nullptr)) << on;
+    ASSERT_EQ(out.buffers.size(), 2u) << on;
+    EXPECT_EQ(out.buffers[0], want.packed) << on;
+    EXPECT_EQ(out.buffers[1], want.scales) << on;
+    EXPECT_EQ(out.stats, want_stats) << on;
   });
 }
