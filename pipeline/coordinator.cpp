@@ -16,6 +16,9 @@ namespace shardq {
 namespace {
 
 constexpr double kSaveIntervalSeconds = 0.5;
+// Items one assign message may carry: bounds the message and one rank's share of the
+// queue when tasks are tiny.
+constexpr int32_t kMaxItemsPerAssign = 512;
 
 // Source bytes per row over the whole plan (the progress line's GB/s).
 uint64_t source_bytes_per_row(const Plan& plan) {
@@ -53,11 +56,12 @@ CheckpointState fresh_state(const Plan& plan) {
 }
 
 Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& outputs, CheckpointState state,
-                         std::filesystem::path checkpoint_path)
+                         std::filesystem::path checkpoint_path, std::vector<int> threads_per_rank)
     : plan_(plan), link_(link), outputs_(outputs), state_(std::move(state)),
-      checkpoint_path_(std::move(checkpoint_path)), last_save_(std::chrono::steady_clock::now()),
-      elapsed_before_(state_.elapsed_seconds), start_(std::chrono::steady_clock::now()),
-      progress_(plan.total_rows(), source_bytes_per_row(plan)) {
+      checkpoint_path_(std::move(checkpoint_path)), threads_per_rank_(std::move(threads_per_rank)),
+      last_save_(std::chrono::steady_clock::now()), elapsed_before_(state_.elapsed_seconds),
+      start_(std::chrono::steady_clock::now()),
+      progress_(plan.total_rows(), source_bytes_per_row(plan), int(threads_per_rank_.size())) {
   const auto& tasks = plan_.tasks();
   task_enqueued_.assign(tasks.size(), 0);
   group_pending_.assign(plan_.group_tasks.size(), 0);
@@ -168,13 +172,21 @@ void Coordinator::send_factors_once(int rank, int set) {
                                    bytes(find_blob(state_, factor_blob_name(factor_set)))}));
 }
 
-void Coordinator::on_request(int rank) {
-  const WorkItem item = next_item(rank);
-  if (item.kind != WorkKind::wait) {
-    ++in_flight_;
-    spdlog::debug("assign {} task {} index {} -> rank {}", int(item.kind), item.task, item.index, rank);
+// At least one item (if any is ready), then more while the request wants more items or
+// more source bytes.
+void Coordinator::on_request(const WorkRequest& request) {
+  std::vector<WorkItem> items;
+  uint64_t bytes = 0;
+  while (items.empty() || int32_t(items.size()) < request.items ||
+         (bytes < request.bytes && int32_t(items.size()) < kMaxItemsPerAssign)) {
+    const WorkItem item = next_item(request.rank);
+    if (item.kind == WorkKind::wait) break;
+    bytes += item_source_bytes(plan_, item);
+    items.push_back(item);
+    spdlog::debug("assign {} task {} index {} -> rank {}", int(item.kind), item.task, item.index, request.rank);
   }
-  link_.send(rank, Tag::assign, encode(item));
+  in_flight_ += int(items.size());
+  link_.send(request.rank, Tag::assign, encode_items(items));
 }
 
 void Coordinator::on_reduce(const ReduceResult& result) {
@@ -231,7 +243,7 @@ void Coordinator::on_chunk_done(const ChunkResult& result) {
   record.stats = result.stats;
   record.seconds = result.seconds;
   changes_.chunks.emplace_back(uint32_t(result.task), uint64_t(result.chunk));
-  progress_.add(plan_.tasks()[size_t(result.task)].chunk_rows(uint64_t(result.chunk)));
+  progress_.add(plan_.tasks()[size_t(result.task)].chunk_rows(uint64_t(result.chunk)), result.rank);
   dirty_ = true;
   crash_point("quantize");
 }
@@ -296,7 +308,7 @@ void Coordinator::finish_run() {
   if (!is_finished("report")) {
     crash_point("report");
     const double wall = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    io::write_json_file(plan_.dst / plan_.report_file(), build_report(plan_, state_, link_.size(), wall));
+    io::write_json_file(plan_.dst / plan_.report_file(), build_report(plan_, state_, threads_per_rank_, wall));
     mark_finished("report");
   }
   progress_.maybe_print("done", true);

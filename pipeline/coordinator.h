@@ -1,4 +1,4 @@
-// Rank 0's scheduler: hands out (phase, task, chunk) work on demand, records results in
+// Rank 0's scheduler: hands out (phase, task, chunk) work on demand, several items a message, records results in
 // the checkpoint, finalizes shards when their chunks are durable, writes index, config,
 // side files and report last, and turns a stop signal into a flushed checkpoint and exit 75.
 #pragma once
@@ -30,10 +30,11 @@ CheckpointState fresh_state(const Plan& plan);
 
 class Coordinator {
  public:
+  // threads_per_rank: each rank's compute threads (the report and progress show them).
   Coordinator(const Plan& plan, Link& link, const OutputFiles& outputs, CheckpointState state,
-              std::filesystem::path checkpoint_path);
+              std::filesystem::path checkpoint_path, std::vector<int> threads_per_rank);
 
-  void on_request(int rank);
+  void on_request(const WorkRequest& request);
   void on_reduce(const ReduceResult& result);
   void on_factor(const Message& message);
   void on_chunk_done(const ChunkResult& result);
@@ -63,6 +64,7 @@ class Coordinator {
   const OutputFiles& outputs_;
   CheckpointState state_;
   std::filesystem::path checkpoint_path_;
+  std::vector<int> threads_per_rank_;
 
   // Work not yet handed out, per phase, in plan order; dropped items go back in front.
   std::deque<ItemKey> reduce_queue_, factor_queue_, encode_queue_;

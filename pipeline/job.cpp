@@ -1,6 +1,7 @@
 #include "pipeline/job.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -15,7 +16,7 @@ const std::vector<std::string> kKnownKeys = {
     "job.recipe", "job.src", "job.dst",
     "quant.method", "quant.mse_candidates", "quant.mse_alpha_min", "quant.gptq_damp", "quant.gptq_block",
     "quant.input_scales_from", "quant.keep_mtp", "quant.ignore", "quant.engram_min_cosine",
-    "run.rows_per_chunk", "run.backend", "run.write_mode", "run.checkpoint"};
+    "run.rows_per_chunk", "run.threads", "run.backend", "run.write_mode", "run.checkpoint"};
 
 void check_known_keys(const toml::table& root, const std::string& file) {
   for (const auto& [section, node] : root) {
@@ -91,6 +92,7 @@ void validate(const Job& job) {
   if (!(job.engram_min_cosine >= -1.0 && job.engram_min_cosine <= 1.0)) fail("quant.engram_min_cosine must be in [-1, 1]");
   if (job.gptq_block < 16 || job.gptq_block % 16 != 0 || 256 % job.gptq_block != 0) fail("quant.gptq_block must be a multiple of 16 that divides 256");
   if (job.rows_per_chunk < 1) fail("run.rows_per_chunk must be >= 1");
+  if (job.threads < 0 || job.threads > 1024) fail("run.threads must be in 1..1024 (0 or unset: the cores this rank may run on)");
   if (job.backend != "auto" && job.backend != "cpu" && job.backend != "cuda") fail("run.backend must be auto, cpu or cuda");
   // No silent fallback: the pipeline's quantize stage runs on the CPU in this version.
   if (job.backend == "cuda") fail("run.backend = \"cuda\" is not available in this version (use auto or cpu)");
@@ -98,6 +100,14 @@ void validate(const Job& job) {
 }
 
 } // namespace
+
+int Job::compute_threads() const {
+  if (threads > 0) return int(threads);
+  cpu_set_t cores;
+  CPU_ZERO(&cores);
+  if (sched_getaffinity(0, sizeof(cores), &cores) != 0) return 1;
+  return std::max(1, CPU_COUNT(&cores));
+}
 
 std::string Job::checkpoint_path() const {
   return checkpoint.empty() ? (std::filesystem::path(dst) / ".shardq" / "checkpoint.h5").string() : checkpoint;
@@ -140,6 +150,7 @@ Job load_job(const std::string& path, const std::vector<std::string>& overrides)
   read_key(root, "quant", "engram_min_cosine", job.engram_min_cosine, path);
   read_string_list(root, "quant", "ignore", job.ignore, path);
   read_key(root, "run", "rows_per_chunk", job.rows_per_chunk, path);
+  read_key(root, "run", "threads", job.threads, path);
   read_key(root, "run", "backend", job.backend, path);
   read_key(root, "run", "write_mode", job.write_mode, path);
   read_key(root, "run", "checkpoint", job.checkpoint, path);

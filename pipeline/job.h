@@ -24,6 +24,7 @@ struct Job {
   std::vector<std::string> ignore;
   // [run]
   int64_t rows_per_chunk = 1048576;
+  int64_t threads = 0;              // compute threads per rank; 0: the cores in its affinity mask
   std::string backend = "auto";    // auto | cpu | cuda
   std::string write_mode = "owner"; // owner | direct
   std::string checkpoint;           // default <dst>/.shardq/checkpoint.h5
@@ -33,6 +34,9 @@ struct Job {
   bool uses_gptq() const { return method == "gptq" || method == "gptq-mse"; }
   bool uses_mse() const { return method == "mse" || method == "gptq-mse"; }
   std::string checkpoint_path() const;
+  // run.threads, or the cores this process may run on (its CPU affinity mask: what mpirun's
+  // or Slurm's binding gave the rank). Not in the fingerprint: bytes do not depend on it.
+  int compute_threads() const;
   // The canonical text of every key that decides output bytes (the checkpoint fingerprint).
   std::string canonical() const;
 };

@@ -19,8 +19,8 @@
 namespace shardq {
 
 enum class Tag : int {
-  request = 1,   // worker -> 0: give me work
-  assign,        // 0 -> worker: WorkItem
+  request = 1,   // worker -> 0: WorkRequest
+  assign,        // 0 -> worker: WorkItems (none: ask again later)
   reduce_result, // worker -> 0: ReduceResult
   factor_result, // worker -> 0: FactorResult + gram + upper
   chunk_data,    // worker -> owner: ChunkResult + the task's output buffers
@@ -62,10 +62,13 @@ std::vector<uint8_t> encode(const Header& header, const std::vector<std::vector<
   static_assert(std::is_trivially_copyable_v<Header>);
   size_t size = sizeof(Header);
   for (const auto& p : payloads) size += p.size();
-  std::vector<uint8_t> bytes;
-  bytes.reserve(size);
-  bytes.insert(bytes.end(), reinterpret_cast<const uint8_t*>(&header), reinterpret_cast<const uint8_t*>(&header) + sizeof(Header));
-  for (const auto& p : payloads) bytes.insert(bytes.end(), p.begin(), p.end());
+  std::vector<uint8_t> bytes(size);
+  std::memcpy(bytes.data(), &header, sizeof(Header));
+  size_t at = sizeof(Header);
+  for (const auto& p : payloads) {
+    if (!p.empty()) std::memcpy(bytes.data() + at, p.data(), p.size());
+    at += p.size();
+  }
   return bytes;
 }
 

@@ -21,7 +21,8 @@ std::vector<TaskTotals> task_totals(const Plan& plan, const CheckpointState& sta
   return totals;
 }
 
-nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& state, int ranks, double wall_seconds) {
+nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& state, const std::vector<int>& threads_per_rank,
+                                    double wall_seconds) {
   nlohmann::ordered_json report;
   report["product"] = std::string(plan.recipe->name());
   report["tool_version"] = SHARDQ_VERSION;
@@ -29,7 +30,8 @@ nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& sta
   const nlohmann::ordered_json section = plan.recipe->report(plan.recipe_plan, plan.params, totals);
   for (const auto& [key, value] : section.items()) report[key] = value;
   nlohmann::ordered_json run;
-  run["ranks"] = ranks;
+  run["ranks"] = threads_per_rank.size();
+  run["threads_per_rank"] = threads_per_rank;
   run["backend"] = "cpu";
   run["write_mode"] = plan.job.write_mode;
   run["rows_per_chunk"] = plan.job.rows_per_chunk;

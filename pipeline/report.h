@@ -13,6 +13,8 @@ namespace shardq {
 // Every task's figures: its chunks' stats merged in chunk order, its group's reduction.
 std::vector<TaskTotals> task_totals(const Plan& plan, const CheckpointState& state);
 
-nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& state, int ranks, double wall_seconds);
+// `threads_per_rank`: the compute threads of each rank of this run (its size is the ranks).
+nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& state, const std::vector<int>& threads_per_rank,
+                                    double wall_seconds);
 
 } // namespace shardq

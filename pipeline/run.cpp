@@ -25,9 +25,13 @@
 namespace shardq {
 namespace {
 
-// Work items in flight per rank: the one computing and the next one read (or being read),
-// so disk and compute overlap; a third would only leave one rank working alone at the end.
-constexpr size_t kItemsPerRank = 2;
+// Work items held per compute thread: the one computing and the next one read (or being
+// read), so disk and compute overlap; a third would only leave one rank working alone at
+// the end.
+constexpr size_t kItemsPerThread = 2;
+// Source bytes a rank keeps queued when items are small (tiny tensors): enough that the
+// request round trip (up to an idle wait on each side) hides behind the work.
+constexpr uint64_t kQueuedBytes = uint64_t(8) << 20;
 constexpr auto kWaitRetry = std::chrono::milliseconds(20);
 // Idle, the main thread waits for its worker's next result, or this long for messages from
 // other ranks: on a node whose cores all compute, each wakeup takes a core from a compute
@@ -178,19 +182,19 @@ struct RankLoop {
   OutputFiles& outputs;
   Worker& worker;
   Coordinator* coordinator; // rank 0 only
-  size_t requested = 0;
+  bool request_pending = false;
   bool told_interrupt = false;
   int exit_code = -1;
   std::chrono::steady_clock::time_point next_request{};
 
   void handle(const Message& m) {
     switch (m.tag) {
-      case Tag::request: coordinator->on_request(m.source); break;
+      case Tag::request: coordinator->on_request(decode<WorkRequest>(m.bytes)); break;
       case Tag::assign: {
-        --requested;
-        const auto item = decode<WorkItem>(m.bytes);
-        if (item.kind == WorkKind::wait) next_request = std::chrono::steady_clock::now() + kWaitRetry;
-        else worker.push(item);
+        request_pending = false;
+        const auto items = decode_items(m.bytes);
+        if (items.empty()) next_request = std::chrono::steady_clock::now() + kWaitRetry;
+        for (const auto& item : items) worker.push(item);
         break;
       }
       case Tag::reduce_result: coordinator->on_reduce(decode<ReduceResult>(m.bytes)); break;
@@ -205,6 +209,19 @@ struct RankLoop {
       case Tag::cancel: worker.cancel(); break;
       case Tag::stop: exit_code = decode<int32_t>(m.bytes); break;
     }
+  }
+
+  // Asks for work when the worker holds fewer items than its threads can take, or fewer
+  // source bytes than hide a round trip.
+  void request_work() {
+    const size_t items_wanted = kItemsPerThread * size_t(worker.threads());
+    const size_t load = worker.load();
+    const uint64_t queued = worker.queued_bytes();
+    if (load >= items_wanted && queued >= kQueuedBytes) return;
+    const WorkRequest request{int32_t(link.rank()), int32_t(items_wanted - std::min(load, items_wanted)),
+                              kQueuedBytes - std::min(queued, kQueuedBytes)};
+    request_pending = true;
+    link.send(0, Tag::request, encode(request));
   }
 
   void write_received_chunk(const Message& m) {
@@ -244,10 +261,7 @@ struct RankLoop {
         told_interrupt = true;
         link.send(0, Tag::interrupt, encode(int32_t(link.rank())));
       }
-      if (!told_interrupt && worker.load() + requested < kItemsPerRank && std::chrono::steady_clock::now() >= next_request) {
-        ++requested;
-        link.send(0, Tag::request, encode(int32_t(link.rank())));
-      }
+      if (!told_interrupt && !request_pending && std::chrono::steady_clock::now() >= next_request) request_work();
       while (auto message = link.poll()) {
         handle(*message);
         busy = true;
@@ -306,12 +320,18 @@ int run_job(const RunArgs& args) {
     return kExitError;
   }
   outputs.open_mine();
-  spdlog::info("{}: {} ranks, {} tasks, {} rows per chunk, write mode {}", job.recipe, link.size(), plan.tasks().size(),
-               job.rows_per_chunk, job.write_mode);
+  const int threads = job.compute_threads();
+  spdlog::info("{}: {} ranks x {} threads, {} tasks, {} rows per chunk, write mode {}", job.recipe, link.size(), threads,
+               plan.tasks().size(), job.rows_per_chunk, job.write_mode);
 
-  Worker worker(plan, outputs, link.rank());
+  std::vector<int> threads_per_rank(size_t(link.rank() == 0 ? link.size() : 0));
+  check_mpi(MPI_Gather(&threads, 1, MPI_INT, threads_per_rank.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
+  Worker worker(plan, outputs, link.rank(), threads);
   std::unique_ptr<Coordinator> coordinator;
-  if (link.rank() == 0) coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path);
+  if (link.rank() == 0) {
+    coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path,
+                                                std::move(threads_per_rank));
+  }
   RankLoop loop{plan, link, outputs, worker, coordinator.get()};
   return loop.run();
 }

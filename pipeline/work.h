@@ -2,10 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "stages/chunk_stats.h"
 
 namespace shardq {
+
+struct Plan;
 
 // A task's phases: its group's reduction, the factors it needs, then encode + write.
 enum class WorkKind : int32_t { reduce, factor, encode, wait };
@@ -16,6 +20,22 @@ struct WorkItem {
   int64_t index = 0;    // chunk (reduce, encode) or factor item (factor)
   float reduction = 0;  // encode: the group's reduced value
 };
+
+// request: a rank asks for up to `items` more, or for more until their source rows reach
+// `bytes` (small tasks travel many to a message: a round trip per tiny task would cost
+// more than the task).
+struct WorkRequest {
+  int32_t rank = 0;
+  int32_t items = 0;
+  uint64_t bytes = 0;
+};
+
+// assign: the items, in the order they were taken; none means "nothing yet, ask later".
+std::vector<uint8_t> encode_items(const std::vector<WorkItem>& items);
+std::vector<WorkItem> decode_items(std::span<const uint8_t> bytes);
+
+// Bytes of source rows an item reads (0 for factor items, which read their set once).
+uint64_t item_source_bytes(const Plan& plan, const WorkItem& item);
 
 struct ReduceResult {
   int32_t task = 0;

@@ -17,21 +17,20 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-constexpr size_t kReadAhead = 1; // items read and waiting for the compute thread
-
 std::span<const uint8_t> as_bytes(const std::vector<double>& values) {
   return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(double)};
 }
 
 } // namespace
 
-Worker::Worker(const Plan& plan, OutputFiles& outputs, int rank) : plan_(plan), outputs_(outputs), rank_(rank) {
+Worker::Worker(const Plan& plan, OutputFiles& outputs, int rank, int threads)
+    : plan_(plan), outputs_(outputs), rank_(rank), threads_(threads) {
   for (const auto& shard : plan.shards) readers_.push_back(std::make_unique<io::Reader>(plan.src / shard.file));
   gptq_pin_blas_threads();
   writer_ = std::make_unique<ChunkWriter>(plan, outputs,
                                           [this](const ChunkResult& result) { emit(0, Tag::chunk_done, encode(result)); });
   reader_thread_ = std::thread([this] { read_loop(); });
-  compute_thread_ = std::thread([this] { compute_loop(); });
+  for (int t = 0; t < threads_; ++t) compute_threads_.emplace_back([this] { compute_loop(); });
 }
 
 Worker::~Worker() { stop(); }
@@ -43,7 +42,9 @@ void Worker::stop() {
   }
   changed_.notify_all();
   if (reader_thread_.joinable()) reader_thread_.join();
-  if (compute_thread_.joinable()) compute_thread_.join();
+  for (auto& thread : compute_threads_) {
+    if (thread.joinable()) thread.join();
+  }
   writer_->stop();
 }
 
@@ -51,13 +52,19 @@ void Worker::push(const WorkItem& item) {
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(item);
+    queued_bytes_ += item_source_bytes(plan_, item);
   }
   changed_.notify_all();
 }
 
 size_t Worker::load() const {
   std::lock_guard lock(mutex_);
-  return queue_.size() + ready_.size() + (reading_ ? 1 : 0) + (computing_ ? 1 : 0);
+  return queue_.size() + ready_.size() + (reading_ ? 1 : 0) + size_t(computing_);
+}
+
+uint64_t Worker::queued_bytes() const {
+  std::lock_guard lock(mutex_);
+  return queued_bytes_;
 }
 
 void Worker::install_factors(int set, std::shared_ptr<const LayerFactors> factors) {
@@ -93,6 +100,7 @@ void Worker::cancel() {
     if (read.rows) free_rows_.push_back(std::move(read.rows));
   }
   ready_.clear();
+  queued_bytes_ = 0; // the item being read is dropped by the reader
 }
 
 std::optional<Outgoing> Worker::pop_result() {
@@ -123,18 +131,19 @@ void Worker::emit(int dest, Tag tag, std::vector<uint8_t> bytes) {
 void Worker::fail(std::exception_ptr failure) {
   std::lock_guard lock(mutex_);
   if (!failure_) failure_ = failure;
-  reading_ = computing_ = false;
+  reading_ = false;
+  computing_ = 0;
   result_ready_.notify_one();
 }
 
-// Reads one item ahead of the compute thread: its source rows are in memory by the time
-// the current item is done.
+// Reads ahead of the compute threads, one item per thread at most: the next item's
+// source rows are in memory by the time a thread is free.
 void Worker::read_loop() {
   for (;;) {
     ReadItem read;
     {
       std::unique_lock lock(mutex_);
-      changed_.wait(lock, [&] { return stopping_ || (!queue_.empty() && ready_.size() < kReadAhead); });
+      changed_.wait(lock, [&] { return stopping_ || (!queue_.empty() && ready_.size() < size_t(threads_)); });
       if (stopping_) return;
       read.item = queue_.front();
       queue_.pop_front();
@@ -155,6 +164,7 @@ void Worker::read_loop() {
       std::lock_guard lock(mutex_);
       reading_ = false;
       if (cancel_) {
+        queued_bytes_ -= std::min(queued_bytes_, item_source_bytes(plan_, read.item));
         results_.push_back({0, Tag::dropped, encode(read.item)});
         if (read.rows) free_rows_.push_back(std::move(read.rows));
       } else {
@@ -166,6 +176,7 @@ void Worker::read_loop() {
 }
 
 void Worker::compute_loop() {
+  EncodedChunk out; // this thread's output buffers, reused from chunk to chunk
   for (;;) {
     ReadItem read;
     {
@@ -174,27 +185,28 @@ void Worker::compute_loop() {
       if (stopping_) return;
       read = std::move(ready_.front());
       ready_.pop_front();
-      computing_ = true;
+      queued_bytes_ -= std::min(queued_bytes_, item_source_bytes(plan_, read.item));
+      ++computing_;
     }
     changed_.notify_all(); // the reader may read the next item
     try {
       if (cancel_) emit(0, Tag::dropped, encode(read.item));
-      else process(read);
+      else process(read, out);
     } catch (...) {
       fail(std::current_exception());
       return;
     }
     std::lock_guard lock(mutex_);
-    computing_ = false;
+    --computing_;
     if (read.rows) free_rows_.push_back(std::move(read.rows));
   }
 }
 
-void Worker::process(ReadItem& read) {
+void Worker::process(ReadItem& read, EncodedChunk& out) {
   switch (read.item.kind) {
     case WorkKind::reduce: do_reduce(read.item, *read.rows); break;
     case WorkKind::factor: do_factor(read.item); break;
-    case WorkKind::encode: do_encode(read.item, *read.rows); break;
+    case WorkKind::encode: do_encode(read.item, *read.rows, out); break;
     case WorkKind::wait: break;
   }
 }
@@ -239,7 +251,10 @@ void Worker::do_reduce(const WorkItem& item, const SourceRows& rows) {
   emit(0, Tag::reduce_result, encode(ReduceResult{item.task, item.index, value, seconds_since(start)}));
 }
 
+// The first thread to need a set reads it; the others wait for it (a map's elements stay
+// where they are, so the reference outlives the lock).
 const std::vector<float>& Worker::factor_source(int set) {
+  std::lock_guard lock(factor_sources_mutex_);
   auto it = factor_sources_.find(set);
   if (it != factor_sources_.end()) return it->second;
   return factor_sources_[set] = read_factor_source(plan_, plan_.factor_sets()[size_t(set)]);
@@ -256,7 +271,7 @@ void Worker::do_factor(const WorkItem& item) {
        encode(FactorResult{item.task, int32_t(item.index)}, {as_bytes(factor.gram), as_bytes(factor.upper)}));
 }
 
-void Worker::do_encode(const WorkItem& item, SourceRows& rows) {
+void Worker::do_encode(const WorkItem& item, SourceRows& rows, EncodedChunk& out) {
   const auto start = std::chrono::steady_clock::now();
   ChunkInput input = chunk_input(item, rows);
   input.input_buffers = &rows.inputs; // the rows are not needed after this item
@@ -267,19 +282,19 @@ void Worker::do_encode(const WorkItem& item, SourceRows& rows) {
     const auto it = factors_.find(task.factor_set);
     if (it != factors_.end()) context.factors = it->second.get();
   }
-  if (!encode_chunk(input, context, chunk_out_, &cancel_)) {
+  if (!encode_chunk(input, context, out, &cancel_)) {
     emit(0, Tag::dropped, encode(item));
     return;
   }
   test_chunk_delay();
-  ChunkResult result{item.task, item.index, chunk_checksum(chunk_out_.buffers), seconds_since(start), rank_, chunk_out_.stats};
+  ChunkResult result{item.task, item.index, chunk_checksum(out.buffers), seconds_since(start), rank_, out.stats};
   if (outputs_.writes_shard(task.shard)) {
     // The writer reports the chunk once it is durable; its buffers come back for the next.
     ChunkBytes bytes = writer_->recycled();
-    std::swap(bytes.buffers, chunk_out_.buffers);
+    std::swap(bytes.buffers, out.buffers);
     writer_->push(result, std::move(bytes));
   } else {
-    emit(outputs_.writer_of(task.shard), Tag::chunk_data, encode(result, chunk_out_.buffers));
+    emit(outputs_.writer_of(task.shard), Tag::chunk_data, encode(result, out.buffers));
   }
 }
 

@@ -103,13 +103,16 @@ now() { date +%s.%N; }
 # unless named, into a fresh dst; prints the wall seconds. Chunks of 65536 rows give the
 # 4M-row bench tables ~62 chunks each, so the pipeline's fill and drain weigh about what
 # they weigh in a real table (384M rows in 1M-row chunks: 366 chunks).
-e2e_run_seconds() { # work ranks dst [method]
-  local work=$1 ranks=$2 dst=$3 method=${4:-rtn} start launcher=()
+# THREADS: run.threads per rank (default 1: one core per rank, as the figures before
+# threads were measured); the peak RSS of the ranks' largest process goes to $dst.rss (KiB).
+e2e_run_seconds() { # work ranks dst [method] [threads]
+  local work=$1 ranks=$2 dst=$3 method=${4:-rtn} threads=${5:-1} start launcher=()
   [ "$ranks" -gt 1 ] && launcher=(mpirun -np "$ranks")
   rm -rf "$dst"
   start=$(now)
-  "${launcher[@]}" "$build_dir/shardq" run jobs/demo-engram-nvfp4.toml --src "$work/src" --dst "$dst" \
-    --set "quant.method=\"$method\"" --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-65536}" >"$dst.log" 2>&1 ||
+  /usr/bin/time -o "$dst.rss" -f %M "${launcher[@]}" "$build_dir/shardq" run jobs/demo-engram-nvfp4.toml \
+    --src "$work/src" --dst "$dst" --set "quant.method=\"$method\"" --set "run.threads=$threads" \
+    --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-65536}" >"$dst.log" 2>&1 ||
     { echo "shardq run failed (-np $ranks):" >&2; tail -5 "$dst.log" >&2; return 1; }
   python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)"
 }
@@ -185,6 +188,54 @@ if ceiling:
     print(f"{'two -np 1 runs at once':28s} {float(ceiling):9.2f} s: ceiling {2 * one / float(ceiling):.2f}x")
 PY
   done
+}
+
+# Threads per rank (gptq-mse, the compute-bound product method, on the bench tables):
+# -np 1 with 2 threads vs 1 thread (target >= 1.8x, or >= 0.95x of the ceiling: two
+# independent 1-thread runs at once, measured in the same run), and -np 1 x 2 threads vs
+# -np 2 x 1 thread (target >= 0.95x). Runs alternate (BENCH_PAIRS rounds, default 2) and
+# medians are compared. Also peak RSS per configuration and the factors stage alone
+# (BM_column_factors, 2 threads vs 1). BENCH_THREADS_METHOD picks another method.
+bench_threads() {
+  local work method=${BENCH_THREADS_METHOD:-gptq-mse} pair t1=() t2=() r2=() ceiling json
+  work=$(e2e_fixture)
+  # shellcheck source=mpi_env.sh
+  source scripts/mpi_env.sh
+  for ((pair = 0; pair < ${BENCH_PAIRS:-2}; pair++)); do
+    t1+=("$(e2e_run_seconds "$work" 1 "$work/out-t1" "$method" 1)")
+    t2+=("$(e2e_run_seconds "$work" 1 "$work/out-t2" "$method" 2)")
+    r2+=("$(e2e_run_seconds "$work" 2 "$work/out-r2" "$method" 1)")
+    for shard in $(e2e_table_shards "$work/src"); do
+      cmp -s "$work/out-t1/$shard" "$work/out-t2/$shard" || echo "warning: 1 and 2 threads differ in $shard"
+      cmp -s "$work/out-t1/$shard" "$work/out-r2/$shard" || echo "warning: -np 1 and -np 2 differ in $shard"
+    done
+  done
+  e2e_run_seconds "$work" 1 "$work/out-c1" "$method" 1 >"$work/c1.s" &
+  e2e_run_seconds "$work" 1 "$work/out-c2" "$method" 1 >"$work/c2.s"
+  wait
+  ceiling=$(python3 -c "import sys; print(max(float(open(f).read()) for f in sys.argv[1:]))" "$work/c1.s" "$work/c2.s")
+  json=$(mktemp)
+  "$build_dir/tests/shardq_bench" --benchmark_filter='BM_column_factors' --benchmark_repetitions="${BENCH_REPETITIONS:-3}" \
+    --benchmark_report_aggregates_only=true --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
+  python3 - "$method" "${t1[*]}" "${t2[*]}" "${r2[*]}" "$ceiling" "$(cat "$work/out-t1.rss")" "$(cat "$work/out-t2.rss")" \
+    "$json" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
+import json, statistics, sys
+method, t1, t2, r2, ceiling, rss1, rss2, bench, cores, load = sys.argv[1:11]
+runs = {name: [float(t) for t in times.split()] for name, times in (("t1", t1), ("t2", t2), ("r2", r2))}
+one, two, ranks = (statistics.median(runs[k]) for k in ("t1", "t2", "r2"))
+ceiling = 2 * one / float(ceiling)
+print(f"{cores} cores, load average {load}; {method}")
+for label, key in (("-np 1 x 1 thread", "t1"), ("-np 1 x 2 threads", "t2"), ("-np 2 x 1 thread", "r2")):
+    print(f"{label:28s} {statistics.median(runs[key]):9.2f} s  (runs: {', '.join(f'{t:.2f}' for t in runs[key])})")
+print(f"{'two -np 1 runs at once':28s} ceiling {ceiling:.2f}x")
+print(f"{'speedup 2 threads / 1':28s} {one / two:9.2f} (target >= 1.8, or >= 0.95 x ceiling = {0.95 * ceiling:.2f})")
+print(f"{'2 threads vs 2 ranks':28s} {ranks / two:9.2f} (target >= 0.95)")
+print(f"{'peak RSS 1 / 2 threads':28s} {int(rss1) / 1024:.0f} MiB / {int(rss2) / 1024:.0f} MiB")
+factors = {b["run_name"]: b["real_time"] for b in json.load(open(bench))["benchmarks"] if b.get("aggregate_name") == "median"}
+f1, f2 = factors["BM_column_factors/threads:1/real_time"], factors["BM_column_factors/threads:2/real_time"]
+print(f"{'factors stage 2 threads / 1':28s} {f1 / f2:9.2f} ({f1:.1f} ms vs {f2:.1f} ms for 8 columns)")
+PY
+  rm -rf "$work"/out-t1* "$work"/out-t2* "$work"/out-r2* "$work"/out-c1* "$work"/out-c2* "$work"/c1.s "$work"/c2.s "$json"
 }
 
 # The 1017 transcode on one core: the codec's work on expert rows (scales re-expressed,
@@ -381,7 +432,7 @@ PY
 }
 
 main() {
-  local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling bench_transcode bench_1017 bench_int8_rows bench_int8)
+  local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling bench_transcode bench_1017 bench_int8_rows bench_int8 bench_threads)
   if [ $# -ge 1 ]; then
     "bench_$1"
   else

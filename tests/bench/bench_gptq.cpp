@@ -13,6 +13,7 @@
 
 #include <ctime>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/gptq.h"
@@ -133,6 +134,34 @@ void BM_row_quantizer(benchmark::State& state) {
   set_row_counters(state);
 }
 
+// The factors stage alone: the Gram, damping, Cholesky and inverse of every hash column
+// of a wkv-like linear (1024 x 8 columns of 256), the columns spread over `threads`
+// threads as a rank's compute threads take factor items. Wall time.
+void BM_column_factors(benchmark::State& state) {
+  shardq::gptq_pin_blas_threads();
+  constexpr int out_rows = 1024, columns = 8;
+  const int threads = int(state.range(0));
+  static const std::vector<float> w = [] {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> normal(0.0f, 0.01f);
+    std::vector<float> values(size_t(out_rows) * columns * kCols);
+    for (float& v : values) v = normal(rng);
+    return values;
+  }();
+  for (auto _ : state) {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        for (int column = t; column < columns; column += threads) {
+          benchmark::DoNotOptimize(shardq::compute_column_factor(w.data(), out_rows, columns * kCols, column, 0.01, 1));
+        }
+      });
+    }
+    for (auto& thread : pool) thread.join();
+  }
+  state.counters["columns/s"] = benchmark::Counter(double(columns) * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 } // namespace
 
 // Shapes: the 256^3 reference and the lazy GEMM of B = 128 (240..128 x 64 x 128).
@@ -142,3 +171,5 @@ BENCHMARK(BM_gptq)->ArgNames({"cand", "B"})->Args({1, 128})->Args({8, 128})->Arg
     ->Unit(benchmark::kMillisecond);
 // Args: {scale candidates}: 1 = rtn, 8 = mse (quantize_row_nvfp4_simd).
 BENCHMARK(BM_row_quantizer)->ArgNames({"cand"})->Arg(1)->Arg(8)->Unit(benchmark::kMillisecond);
+// Args: {threads}.
+BENCHMARK(BM_column_factors)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);

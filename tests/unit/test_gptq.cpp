@@ -9,7 +9,10 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
+
+#include <cblas.h>
 
 #include "kernels/gptq.h"
 #include "nvfp4_test_util.h"
@@ -502,6 +505,45 @@ TEST(GptqKernel, FeedbackBeatsRowQuantizerOnAnisotropicW) { expect_feedback_wins
 
 TEST(GptqKernel, FeedbackBeatsRowQuantizerOnMildlyAnisotropicW) {
   expect_feedback_wins(AnisotropicCase{3.0f, 1.0f});
+}
+
+// Compute threads call the GPTQ kernel, its BLAS product (the weighted error's strmm) and
+// the factors' Eigen Cholesky at once. Pinned, OpenBLAS runs each call on its caller's
+// thread alone (no threads of its own to oversubscribe the rank's cores), and calls from
+// several threads give the bytes and sums of one thread's calls.
+TEST(GptqThreads, ConcurrentCallsEqualOneThreadsCalls) {
+  gptq_pin_blas_threads();
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  const AnisotropicCase c;
+  constexpr int kRows = 200;
+  const auto expected = run_gptq(c.x, kRows, c.upper32, c.global, kMse, 128);
+  const GramRoot root = gram_root(c.factor.gram.data(), 1, 0);
+  const auto weighted = [&](const Nvfp4Rows& q) {
+    std::vector<float> deq(size_t(kRows) * kN);
+    for (int r = 0; r < kRows; ++r)
+      dequantize_row_nvfp4(q.packed.data() + size_t(r) * kN / 2, q.scales.data() + size_t(r) * kN / 16, kN, c.global,
+                           deq.data() + size_t(r) * kN);
+    std::pair<double, double> sums{0.0, 0.0};
+    add_weighted_error(root, c.x.data(), deq.data(), kRows, sums.first, sums.second);
+    return sums;
+  };
+  const auto expected_sums = weighted(expected);
+  constexpr int kThreads = 4, kRounds = 3;
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < kRounds; ++round) {
+        const auto got = run_gptq(c.x, kRows, c.upper32, c.global, kMse, 128);
+        const auto factor = compute_column_factor(c.w.data(), c.out_rows, c.in_cols, 0, 0.01, 1);
+        mismatches[size_t(t)] += got.packed != expected.packed || got.scales != expected.scales;
+        mismatches[size_t(t)] += weighted(got) != expected_sums;
+        mismatches[size_t(t)] += factor.upper != c.factor.upper || factor.gram != c.factor.gram;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[size_t(t)], 0) << "thread " << t;
 }
 
 } // namespace
