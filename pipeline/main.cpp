@@ -49,7 +49,8 @@ void add_run(CLI::App& app, shardq::RunArgs& args) {
   sub->add_option("--src", args.src, "source checkpoint folder");
   sub->add_option("--dst", args.dst, "output folder");
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint file");
-  sub->add_option("--set", args.overrides, "section.key=value override (repeatable)");
+  // One value per --set, so that options may come before the job file.
+  sub->add_option("--set", args.overrides, "section.key=value override (repeatable)")->allow_extra_args(false);
   sub->add_flag("--force", args.force, "overwrite a complete output");
   sub->add_flag("--fresh", args.fresh, "start over, discarding the checkpoint");
   sub->add_flag("--verify-done", args.verify_done, "re-check finished chunks before skipping them");
