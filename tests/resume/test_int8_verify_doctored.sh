@@ -99,7 +99,8 @@ expect_fail() {
     problem "$name" "verify crashed instead of failing a check: $(grep 'shardq: error' "$WORK/verify-$name.log")"
     return 0
   fi
-  grep '^FAIL  ' "$WORK/verify-$name.log" | grep -qF -- "$text" || { problem "$name" "no FAIL line naming '$text'"; return 0; }
+  # Not `grep | grep -q`: with pipefail, grep -q's early exit can fail the first grep (SIGPIPE).
+  grep -qF -- "$text" <<<"$(grep '^FAIL  ' "$WORK/verify-$name.log")" || { problem "$name" "no FAIL line naming '$text'"; return 0; }
   grep -Eq '^FAILED: [1-9][0-9]* check\(s\) failed$' "$WORK/verify-$name.log" || { problem "$name" "no FAILED summary"; return 0; }
   awk -v c="$category" 'index($0, c) == 1 { split(substr($0, length(c) + 1), f, " "); if (f[2] + 0 > 0) found = 1 }
     END { exit !found }' "$WORK/verify-$name.log" || { problem "$name" "the table row '$category' counts no failure"; return 0; }
