@@ -9,14 +9,24 @@ namespace shardq {
 
 struct Int8 {
   static constexpr int max_code = 127; // symmetric: -128 is never written
+  // Report sums are kept in this many fp64 lanes (Int8RowSums): 16 is a whole number of
+  // vectors on every SIMD target (2 of AVX-512's 8 doubles, 8 of NEON's 2).
+  static constexpr int sum_lanes = 16;
 };
 
-// One row's report terms: sum x^2 and sum (deq - x)^2 in fp64, added in element order.
+// One row's report terms in fp64: sum x^2 and sum (deq - x)^2, deq = q * scale in fp32.
+// Each term is exact (an fp32 value squared; deq - x is an fp32 value too, by Sterbenz's
+// lemma). Element i is added to lane i % Int8::sum_lanes in element order, each lane from
+// +0; then the lanes are folded in halves (fold_int8_sum_lanes): the order a vector of
+// lanes adds them in, identical on every target.
 struct Int8RowSums {
   double source_sq = 0.0;
   double error_sq = 0.0;
   bool all_zero = false; // every value 0: scale 1.0, codes 0 (ours: there is no amax rule)
 };
+
+// lanes[0, Int8::sum_lanes) to one sum: lane l + lane l + 8 for l < 8, then + 4, + 2, + 1.
+double fold_int8_sum_lanes(const double* lanes);
 
 // Returns the row's scale (F32, written to weight_scale[r, 0]) and writes `cols` codes.
 // x / scale is an fp32 division (as torch's w / scale), rounded half to even.
