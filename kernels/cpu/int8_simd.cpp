@@ -1,0 +1,295 @@
+// W8A8 INT8 rows (kernels/int8.h) on Highway SIMD, dispatched at run time (foreach_target):
+// the float row quantizer and the fused decode + quantize of FP8 and FP4 source rows.
+// Bit-identical to quantize_row_int8_ref (after the scalar decode, for the fused rows):
+// - the scale is the ref's own scalar expression of the amax (a max is exact in any order);
+// - a code is the fp32 quotient x / scale (vector division is IEEE-exact) rounded half to
+//   even by adding 1.5 * 2^23, where fp32 rounds at ulp 1: the code is the sum's low byte;
+// - the report terms are exact in fp64 (kernels/int8.h), so a fused multiply-add rounds as
+//   the ref's product then sum; lane l of the lanes vectors is the ref's lane l.
+// Rows whose scale is not a normal fp32 number take the ref's element arithmetic instead.
+// Built with -ffp-contract=off; tests/unit/test_int8_simd.cpp holds every compiled target
+// to the ref.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
+#include "kernels/formats.h"
+#include "kernels/int8.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/cpu/int8_simd.cpp"
+#include "hwy/foreach_target.h" // IWYU pragma: keep
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace shardq {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr size_t kSumLanes = Int8::sum_lanes;
+constexpr float kMaxCode = float(Int8::max_code);
+constexpr int kSourceBlock = 32; // columns per E8M0 scale of a source row
+
+// A row's report sums by lane (kernels/int8.h), kept between the passes over its tiles.
+struct LaneSums {
+  HWY_ALIGN double source_sq[kSumLanes] = {};
+  HWY_ALIGN double error_sq[kSumLanes] = {};
+};
+
+Int8RowSums FoldLanes(const LaneSums& lanes, bool all_zero) {
+  return {fold_int8_sum_lanes(lanes.source_sq), fold_int8_sum_lanes(lanes.error_sq), all_zero};
+}
+
+HWY_INLINE float ScaleOf(float amax) { return amax == 0.0f ? 1.0f : amax / kMaxCode; }
+
+// With a normal scale every |x| <= amax has |x / scale| <= 127 * (1 + 2^-23) < 127.5: the
+// rounding alone stays within [-127, 127] (no clamp) and no quotient is inf or NaN. A
+// subnormal scale (amax below 127 * 2^-126) or an infinite one does not promise that.
+HWY_INLINE bool VectorScale(float scale) { return scale >= FLT_MIN && scale <= FLT_MAX; }
+
+// The ref's element at `column`: its code and its terms added to its lane.
+HWY_INLINE void QuantizeElement(float x, size_t column, float scale, int8_t* codes, LaneSums& lanes) {
+  const float q = std::clamp(std::nearbyint(x / scale), -kMaxCode, kMaxCode);
+  codes[column] = int8_t(q);
+  const double error = double(q * scale) - double(x);
+  lanes.source_sq[column % kSumLanes] += double(x) * double(x);
+  lanes.error_sq[column % kSumLanes] += error * error;
+}
+
+#if HWY_TARGET != HWY_SCALAR // two halves of a vector widen to fp64
+using DF = hn::CappedTag<float, kSumLanes>;
+using DH = hn::Half<DF>;
+using DD = hn::Repartition<double, DF>; // one half of DF's lanes, widened
+using DU = hn::RebindToUnsigned<DF>;
+using DI = hn::RebindToSigned<DF>;
+using D8 = hn::Rebind<uint8_t, DF>;
+using VF = hn::Vec<DF>;
+using VD = hn::Vec<DD>;
+
+// y + 1.5 * 2^23 for |y| < 2^22 lies in [2^23, 2^24), where the fp32 ulp is 1: the add rounds
+// y half to even (the constant is even), and the sum's bits are 0x4B400000 + round(y).
+constexpr float kRoundingBias = 12582912.0f;
+
+// max |x[i]| over the whole vectors of [0, count); returns how many columns it covered.
+HWY_INLINE size_t MaxAbsVectors(const float* x, size_t count, float& amax) {
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  VF lanes = hn::Zero(df);
+  size_t i = 0;
+  for (; i + n <= count; i += n) lanes = hn::Max(lanes, hn::Abs(hn::LoadU(df, x + i)));
+  amax = std::max(amax, hn::GetLane(hn::MaxOfLanes(df, lanes)));
+  return i;
+}
+
+// Columns [0, count) of x (count a multiple of kSumLanes, x at a column that is one too)
+// with a normal scale: codes, and the terms added to `lanes`. Lane group g of every
+// kSumLanes-column step is one vector; each group runs through the columns with its own
+// accumulators (one pass on a target whose vector holds all the lanes).
+HWY_INLINE void QuantizeVectors(const float* x, size_t count, float scale, int8_t* codes, LaneSums& lanes) {
+  const DF df;
+  const DH dh;
+  const DD dd;
+  const DU du;
+  const D8 d8;
+  const size_t n = hn::Lanes(df), half = n / 2;
+  const VF divisor = hn::Set(df, scale), bias = hn::Set(df, kRoundingBias);
+  uint8_t* bytes = reinterpret_cast<uint8_t*>(codes);
+  for (size_t group = 0; group < kSumLanes; group += n) {
+    VD source_lo = hn::Load(dd, lanes.source_sq + group), source_hi = hn::Load(dd, lanes.source_sq + group + half);
+    VD error_lo = hn::Load(dd, lanes.error_sq + group), error_hi = hn::Load(dd, lanes.error_sq + group + half);
+    for (size_t i = group; i < count; i += kSumLanes) {
+      const VF v = hn::LoadU(df, x + i);
+      const VF rounded = hn::Add(hn::Div(v, divisor), bias);
+      hn::StoreU(hn::TruncateTo(d8, hn::BitCast(du, rounded)), d8, bytes + i);
+      const VF error = hn::Sub(hn::Mul(hn::Sub(rounded, bias), divisor), v);
+      const VD v_lo = hn::PromoteTo(dd, hn::LoadU(dh, x + i)), v_hi = hn::PromoteTo(dd, hn::LoadU(dh, x + i + half));
+      source_lo = hn::MulAdd(v_lo, v_lo, source_lo);
+      source_hi = hn::MulAdd(v_hi, v_hi, source_hi);
+      const VD e_lo = hn::PromoteTo(dd, hn::LowerHalf(dh, error)), e_hi = hn::PromoteTo(dd, hn::UpperHalf(dh, error));
+      error_lo = hn::MulAdd(e_lo, e_lo, error_lo);
+      error_hi = hn::MulAdd(e_hi, e_hi, error_hi);
+    }
+    hn::Store(source_lo, dd, lanes.source_sq + group);
+    hn::Store(source_hi, dd, lanes.source_sq + group + half);
+    hn::Store(error_lo, dd, lanes.error_sq + group);
+    hn::Store(error_hi, dd, lanes.error_sq + group + half);
+  }
+}
+
+// n E4M3 codes times their block's scale, as e4m3_to_float(code) * e8m0_to_float(scale):
+// the value built from its fields (no NaN code: a precondition), then one fp32 product.
+HWY_INLINE VF DecodeFp8(const uint8_t* codes, VF scale) {
+  const DF df;
+  const DU du;
+  const auto code = hn::PromoteTo(du, hn::LoadU(D8(), codes));
+  const auto magnitude = hn::And(code, hn::Set(du, 0x7Fu));
+  const auto normal = hn::Add(hn::ShiftLeft<20>(magnitude), hn::Set(du, (127u - E4M3::bias) << 23));
+  const auto subnormal =
+      hn::BitCast(du, hn::Mul(hn::ConvertTo(df, hn::BitCast(DI(), magnitude)), hn::Set(df, E4M3::min_subnormal)));
+  auto bits = hn::IfThenElse(hn::Lt(magnitude, hn::Set(du, 8u)), subnormal, normal);
+  bits = hn::Or(bits, hn::ShiftLeft<24>(hn::And(code, hn::Set(du, 0x80u))));
+  return hn::Mul(hn::BitCast(df, bits), scale);
+}
+
+// n E2M1 values (n / 2 bytes, low nibble first) times their block's scale, as
+// e2m1_to_float(nibble) * e8m0_to_float(scale).
+HWY_INLINE VF DecodeFp4(const uint8_t* packed, VF scale) {
+  const DF df;
+  const DU du;
+  const hn::Rebind<uint16_t, DH> d16;
+  const auto bytes = hn::PromoteTo(d16, hn::LoadU(hn::Rebind<uint8_t, DH>(), packed));
+  // Each byte's low nibble into the low byte of its u16, the high one into the high byte:
+  // nibbles in column order.
+  const auto split = hn::Or(hn::And(bytes, hn::Set(d16, uint16_t{0x0F})),
+                            hn::ShiftLeft<4>(hn::And(bytes, hn::Set(d16, uint16_t{0xF0}))));
+  const auto nibble = hn::PromoteTo(du, hn::BitCast(D8(), split));
+  const auto magnitude = hn::And(nibble, hn::Set(du, 7u));
+  // 0 and 0.5 below code 2; from there the fp32 fields (code + 252) << 22: 1, 1.5, 2, 3, 4, 6.
+  const VF small = hn::Mul(hn::ConvertTo(df, hn::BitCast(DI(), magnitude)), hn::Set(df, 0.5f));
+  const VF large = hn::BitCast(df, hn::ShiftLeft<22>(hn::Add(magnitude, hn::Set(du, 252u))));
+  VF value = hn::IfThenElse(hn::RebindMask(df, hn::Lt(magnitude, hn::Set(du, 2u))), small, large);
+  value = hn::Or(value, hn::BitCast(df, hn::ShiftLeft<28>(hn::And(nibble, hn::Set(du, 8u)))));
+  return hn::Mul(value, scale);
+}
+#endif
+
+// max |x[i]| over [0, count), folded into amax.
+HWY_INLINE float MaxAbs(const float* x, size_t count, float amax) {
+  size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  i = MaxAbsVectors(x, count, amax);
+#endif
+  for (; i < count; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return amax;
+}
+
+// Columns [first, first + count) of a row whose scale is known, x at column `first` (a
+// multiple of kSumLanes): vectors where the scale allows, the ref's elements for the rest.
+HWY_INLINE void QuantizeColumns(const float* x, size_t first, size_t count, float scale, int8_t* codes,
+                                LaneSums& lanes) {
+  size_t vectors = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if (VectorScale(scale)) {
+    vectors = count / kSumLanes * kSumLanes;
+    QuantizeVectors(x, vectors, scale, codes + first, lanes);
+  }
+#endif
+  for (size_t i = vectors; i < count; ++i) QuantizeElement(x[i], first + i, scale, codes, lanes);
+}
+
+float QuantizeRowInt8(const float* x, int cols, int8_t* codes, Int8RowSums* sums) {
+  const float amax = MaxAbs(x, size_t(cols), 0.0f);
+  const float scale = ScaleOf(amax);
+  LaneSums lanes;
+  QuantizeColumns(x, 0, size_t(cols), scale, codes, lanes);
+  if (sums) *sums = FoldLanes(lanes, amax == 0.0f);
+  return scale;
+}
+
+// ------------------------------------------------------------ source rows
+// A source row is decoded a tile at a time into a stack buffer. A row of one tile is
+// decoded once; a longer one twice (for the amax, then for the codes), which keeps the
+// buffer in L1 whatever the width.
+constexpr size_t kTileCols = 8192; // 32 KiB: a whole row of DeepSeek's 7168-wide linears
+static_assert(kTileCols % kSourceBlock == 0 && kTileCols % kSumLanes == 0);
+
+// decode(first, count, out) writes columns [first, first + count) of the row (first a
+// multiple of kTileCols) as fp32.
+template <class Decode>
+HWY_INLINE float QuantizeSourceRow(const Decode& decode, int cols, int8_t* codes, Int8RowSums* sums) {
+  HWY_ALIGN float tile[kTileCols];
+  const size_t width = size_t(cols);
+  float amax = 0.0f;
+  for (size_t first = 0; first < width; first += kTileCols) {
+    const size_t count = std::min(kTileCols, width - first);
+    decode(first, count, tile);
+    amax = MaxAbs(tile, count, amax);
+  }
+  const float scale = ScaleOf(amax);
+  LaneSums lanes;
+  for (size_t first = 0; first < width; first += kTileCols) {
+    const size_t count = std::min(kTileCols, width - first);
+    if (width > kTileCols) decode(first, count, tile);
+    QuantizeColumns(tile, first, count, scale, codes, lanes);
+  }
+  if (sums) *sums = FoldLanes(lanes, amax == 0.0f);
+  return scale;
+}
+
+// Columns [first, first + count) of a source row into out, first a multiple of
+// kSourceBlock: each block's whole vectors by `vector(column, scale vector)`, the rest by
+// `element(column, scale)`.
+template <class Vector, class Element>
+HWY_INLINE void DecodeBlocks(const uint8_t* scales, size_t first, size_t count, float* out,
+                             [[maybe_unused]] const Vector& vector, const Element& element) {
+  const size_t end = first + count;
+  for (size_t block = first; block < end; block += kSourceBlock) {
+    const float scale = e8m0_to_float(scales[block / kSourceBlock]);
+    const size_t block_end = std::min(block + kSourceBlock, end);
+    size_t column = block;
+#if HWY_TARGET != HWY_SCALAR
+    const DF df;
+    const size_t n = hn::Lanes(df);
+    for (; column + n <= block_end; column += n) hn::StoreU(vector(column, hn::Set(df, scale)), df, out + column - first);
+#endif
+    for (; column < block_end; ++column) out[column - first] = element(column, scale);
+  }
+}
+
+float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out, Int8RowSums* sums) {
+#if HWY_TARGET != HWY_SCALAR
+  const auto vector = [&](size_t column, VF scale) { return DecodeFp8(codes + column, scale); };
+#else
+  const auto vector = nullptr;
+#endif
+  const auto element = [&](size_t column, float scale) { return e4m3_to_float(codes[column]) * scale; };
+  const auto decode = [&](size_t first, size_t count, float* tile) {
+    DecodeBlocks(scales, first, count, tile, vector, element);
+  };
+  return QuantizeSourceRow(decode, cols, out, sums);
+}
+
+float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int cols, int8_t* out,
+                             Int8RowSums* sums) {
+#if HWY_TARGET != HWY_SCALAR
+  const auto vector = [&](size_t column, VF scale) { return DecodeFp4(packed + column / 2, scale); };
+#else
+  const auto vector = nullptr;
+#endif
+  const auto element = [&](size_t column, float scale) {
+    const uint8_t byte = packed[column / 2];
+    return e2m1_to_float(column % 2 == 0 ? byte & 0xF : byte >> 4) * scale;
+  };
+  const auto decode = [&](size_t first, size_t count, float* tile) {
+    DecodeBlocks(scales, first, count, tile, vector, element);
+  };
+  return QuantizeSourceRow(decode, cols, out, sums);
+}
+
+} // namespace HWY_NAMESPACE
+} // namespace shardq
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace shardq {
+
+HWY_EXPORT(QuantizeRowInt8);
+HWY_EXPORT(QuantizeRowInt8FromFp8);
+HWY_EXPORT(QuantizeRowInt8FromFp4);
+
+float quantize_row_int8_simd(const float* x, int cols, int8_t* codes, Int8RowSums* sums) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeRowInt8)(x, cols, codes, sums);
+}
+
+float quantize_row_int8_from_fp8_simd(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out,
+                                      Int8RowSums* sums) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeRowInt8FromFp8)(codes, scales, cols, out, sums);
+}
+
+float quantize_row_int8_from_fp4_simd(const uint8_t* packed, const uint8_t* scales, int cols, int8_t* out,
+                                      Int8RowSums* sums) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeRowInt8FromFp4)(packed, scales, cols, out, sums);
+}
+
+} // namespace shardq
+#endif
