@@ -8,6 +8,8 @@
 #include <span>
 #include <string>
 
+#include "kernels/int8.h"
+
 namespace shardq {
 
 enum class LinearSource { fp8_block32, fp4_row32 };
@@ -27,5 +29,10 @@ void check_linear_rows(const LinearRows& rows);
 
 // Row r (0-based in the chunk) decoded exactly into out[cols].
 void decode_linear_row(const LinearRows& rows, uint64_t r, float* out);
+
+// Row r quantized to INT8 per channel straight from its codes (the SIMD kernels' fused
+// decode): the bits of decode_linear_row + quantize_row_int8_ref. Returns the row's scale.
+// Precondition: check_linear_rows passed.
+float quantize_linear_row_int8(const LinearRows& rows, uint64_t r, int8_t* codes, Int8RowSums* sums);
 
 } // namespace shardq
