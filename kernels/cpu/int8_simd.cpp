@@ -143,14 +143,33 @@ HWY_INLINE VF DecodeFp4(const uint8_t* packed, VF scale) {
   const auto split = hn::Or(hn::And(bytes, hn::Set(d16, uint16_t{0x0F})),
                             hn::ShiftLeft<4>(hn::And(bytes, hn::Set(d16, uint16_t{0xF0}))));
   const auto nibble = hn::PromoteTo(du, hn::BitCast(D8(), split));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // 16 lanes: the nibbles index the E2M1 table in one permute.
+  const VF value = hn::TableLookupLanes(hn::LoadU(df, E2M1::values.data()), hn::IndicesFromVec(df, hn::BitCast(DI(), nibble)));
+#else
   const auto magnitude = hn::And(nibble, hn::Set(du, 7u));
   // 0 and 0.5 below code 2; from there the fp32 fields (code + 252) << 22: 1, 1.5, 2, 3, 4, 6.
   const VF small = hn::Mul(hn::ConvertTo(df, hn::BitCast(DI(), magnitude)), hn::Set(df, 0.5f));
   const VF large = hn::BitCast(df, hn::ShiftLeft<22>(hn::Add(magnitude, hn::Set(du, 252u))));
   VF value = hn::IfThenElse(hn::RebindMask(df, hn::Lt(magnitude, hn::Set(du, 2u))), small, large);
   value = hn::Or(value, hn::BitCast(df, hn::ShiftLeft<28>(hn::And(nibble, hn::Set(du, 8u)))));
+#endif
   return hn::Mul(value, scale);
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 // F16C
+// The same values as DecodeFp8 where the CPU converts fp16 in hardware: s eeee mmm -> the
+// fp16 s 0eeee mmm0000000, which is the E4M3 value times 2^-8 exactly (subnormals too).
+// Then one fp32 product with 2^8 times the block scale, which rounds as the ref's product
+// (the same real number): `scale` is e8m0_to_float(byte + 8), so byte <= kLargestFp16Scale.
+HWY_INLINE VF DecodeFp8ViaFp16(const uint8_t* codes, VF scale) {
+  const hn::Rebind<int16_t, DF> d16;
+  const auto high = hn::ShiftLeft<8>(hn::PromoteTo(d16, hn::LoadU(D8(), codes)));      // code in bits 15..8
+  const auto bits = hn::And(hn::ShiftRight<1>(high), hn::Set(d16, int16_t(0xBFFF))); // sign stays, bit 14 cleared
+  return hn::Mul(hn::PromoteTo(DF(), hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), bits)), scale);
+}
+constexpr uint8_t kLargestFp16Scale = E8M0::max_code - 8; // 2^8 times a larger scale is past fp32
+#endif
 #endif
 
 // max |x[i]| over [0, count), folded into amax.
@@ -193,23 +212,20 @@ float QuantizeRowInt8(const float* x, int cols, int8_t* codes, Int8RowSums* sums
 constexpr size_t kTileCols = 8192; // 32 KiB: a whole row of DeepSeek's 7168-wide linears
 static_assert(kTileCols % kSourceBlock == 0 && kTileCols % kSumLanes == 0);
 
-// decode(first, count, out) writes columns [first, first + count) of the row (first a
-// multiple of kTileCols) as fp32.
+// decode(first, count, out, amax) writes columns [first, first + count) of the row (first a
+// multiple of kTileCols) as fp32 and returns amax folded with their max |x|.
 template <class Decode>
 HWY_INLINE float QuantizeSourceRow(const Decode& decode, int cols, int8_t* codes, Int8RowSums* sums) {
   HWY_ALIGN float tile[kTileCols];
   const size_t width = size_t(cols);
   float amax = 0.0f;
-  for (size_t first = 0; first < width; first += kTileCols) {
-    const size_t count = std::min(kTileCols, width - first);
-    decode(first, count, tile);
-    amax = MaxAbs(tile, count, amax);
-  }
+  for (size_t first = 0; first < width; first += kTileCols)
+    amax = decode(first, std::min(kTileCols, width - first), tile, amax);
   const float scale = ScaleOf(amax);
   LaneSums lanes;
   for (size_t first = 0; first < width; first += kTileCols) {
     const size_t count = std::min(kTileCols, width - first);
-    if (width > kTileCols) decode(first, count, tile);
+    if (width > kTileCols) decode(first, count, tile, 0.0f);
     QuantizeColumns(tile, first, count, scale, codes, lanes);
   }
   if (sums) *sums = FoldLanes(lanes, amax == 0.0f);
@@ -217,53 +233,89 @@ HWY_INLINE float QuantizeSourceRow(const Decode& decode, int cols, int8_t* codes
 }
 
 // Columns [first, first + count) of a source row into out, first a multiple of
-// kSourceBlock: each block's whole vectors by `vector(column, scale vector)`, the rest by
-// `element(column, scale)`.
+// kSourceBlock; returns amax folded with their max |x|. Each block's whole vectors come from
+// `vector(column, e8m0_to_float(scale byte + vector_scale_shift) in every lane)`, the rest
+// from `element(column, e8m0_to_float(scale byte))`.
 template <class Vector, class Element>
-HWY_INLINE void DecodeBlocks(const uint8_t* scales, size_t first, size_t count, float* out,
-                             [[maybe_unused]] const Vector& vector, const Element& element) {
+HWY_INLINE float DecodeBlocks(const uint8_t* scales, size_t first, size_t count, float* out,
+                              [[maybe_unused]] int vector_scale_shift, [[maybe_unused]] const Vector& vector,
+                              const Element& element, float amax) {
   const size_t end = first + count;
+#if HWY_TARGET != HWY_SCALAR
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  // Two maxima in turn: a single one's latency would bound the loop.
+  VF max_even = hn::Zero(df), max_odd = hn::Zero(df);
+#endif
   for (size_t block = first; block < end; block += kSourceBlock) {
-    const float scale = e8m0_to_float(scales[block / kSourceBlock]);
+    const uint8_t scale_code = scales[block / kSourceBlock];
     const size_t block_end = std::min(block + kSourceBlock, end);
     size_t column = block;
 #if HWY_TARGET != HWY_SCALAR
-    const DF df;
-    const size_t n = hn::Lanes(df);
-    for (; column + n <= block_end; column += n) hn::StoreU(vector(column, hn::Set(df, scale)), df, out + column - first);
+    const VF scale = hn::Set(df, e8m0_to_float(uint8_t(scale_code + vector_scale_shift)));
+    for (; column + 2 * n <= block_end; column += 2 * n) {
+      const VF even = vector(column, scale), odd = vector(column + n, scale);
+      hn::StoreU(even, df, out + column - first);
+      hn::StoreU(odd, df, out + column + n - first);
+      max_even = hn::Max(max_even, hn::Abs(even));
+      max_odd = hn::Max(max_odd, hn::Abs(odd));
+    }
+    for (; column + n <= block_end; column += n) {
+      const VF even = vector(column, scale);
+      hn::StoreU(even, df, out + column - first);
+      max_even = hn::Max(max_even, hn::Abs(even));
+    }
 #endif
-    for (; column < block_end; ++column) out[column - first] = element(column, scale);
+    const float element_scale = e8m0_to_float(scale_code);
+    for (; column < block_end; ++column) {
+      out[column - first] = element(column, element_scale);
+      amax = std::max(amax, std::fabs(out[column - first]));
+    }
   }
+#if HWY_TARGET != HWY_SCALAR
+  amax = std::max(amax, hn::GetLane(hn::MaxOfLanes(df, hn::Max(max_even, max_odd))));
+#endif
+  return amax;
+}
+
+// A source row's decode for QuantizeSourceRow.
+template <class Vector, class Element>
+HWY_INLINE auto SourceDecoder(const uint8_t* scales, int vector_scale_shift, const Vector& vector,
+                              const Element& element) {
+  return [=](size_t first, size_t count, float* tile, float amax) {
+    return DecodeBlocks(scales, first, count, tile, vector_scale_shift, vector, element, amax);
+  };
 }
 
 float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out, Int8RowSums* sums) {
+  const auto element = [=](size_t column, float scale) { return e4m3_to_float(codes[column]) * scale; };
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const uint8_t* scales_end = scales + (cols + kSourceBlock - 1) / kSourceBlock;
+  if (std::all_of(scales, scales_end, [](uint8_t code) { return code <= kLargestFp16Scale; })) {
+    const auto vector = [=](size_t column, VF scale) { return DecodeFp8ViaFp16(codes + column, scale); };
+    return QuantizeSourceRow(SourceDecoder(scales, 8, vector, element), cols, out, sums); // scales times 2^8
+  }
+#endif
 #if HWY_TARGET != HWY_SCALAR
-  const auto vector = [&](size_t column, VF scale) { return DecodeFp8(codes + column, scale); };
+  const auto vector = [=](size_t column, VF scale) { return DecodeFp8(codes + column, scale); };
 #else
   const auto vector = nullptr;
 #endif
-  const auto element = [&](size_t column, float scale) { return e4m3_to_float(codes[column]) * scale; };
-  const auto decode = [&](size_t first, size_t count, float* tile) {
-    DecodeBlocks(scales, first, count, tile, vector, element);
-  };
-  return QuantizeSourceRow(decode, cols, out, sums);
+  return QuantizeSourceRow(SourceDecoder(scales, 0, vector, element), cols, out, sums);
 }
 
 float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int cols, int8_t* out,
                              Int8RowSums* sums) {
-#if HWY_TARGET != HWY_SCALAR
-  const auto vector = [&](size_t column, VF scale) { return DecodeFp4(packed + column / 2, scale); };
-#else
-  const auto vector = nullptr;
-#endif
-  const auto element = [&](size_t column, float scale) {
+  const auto element = [=](size_t column, float scale) {
     const uint8_t byte = packed[column / 2];
     return e2m1_to_float(column % 2 == 0 ? byte & 0xF : byte >> 4) * scale;
   };
-  const auto decode = [&](size_t first, size_t count, float* tile) {
-    DecodeBlocks(scales, first, count, tile, vector, element);
-  };
-  return QuantizeSourceRow(decode, cols, out, sums);
+#if HWY_TARGET != HWY_SCALAR
+  const auto vector = [=](size_t column, VF scale) { return DecodeFp4(packed + column / 2, scale); };
+#else
+  const auto vector = nullptr;
+#endif
+  return QuantizeSourceRow(SourceDecoder(scales, 0, vector, element), cols, out, sums);
 }
 
 } // namespace HWY_NAMESPACE
