@@ -74,10 +74,18 @@ constexpr float kRoundingBias = 12582912.0f;
 HWY_INLINE size_t MaxAbsVectors(const float* x, size_t count, float& amax) {
   const DF df;
   const size_t n = hn::Lanes(df);
-  VF lanes = hn::Zero(df);
+  // Two maxima in turn: a single one's latency would bound the loop.
+  VF max_even = hn::Zero(df), max_odd = hn::Zero(df);
   size_t i = 0;
-  for (; i + n <= count; i += n) lanes = hn::Max(lanes, hn::Abs(hn::LoadU(df, x + i)));
-  amax = std::max(amax, hn::GetLane(hn::MaxOfLanes(df, lanes)));
+  for (; i + 2 * n <= count; i += 2 * n) {
+    max_even = hn::Max(max_even, hn::Abs(hn::LoadU(df, x + i)));
+    max_odd = hn::Max(max_odd, hn::Abs(hn::LoadU(df, x + i + n)));
+  }
+  if (i + n <= count) {
+    max_even = hn::Max(max_even, hn::Abs(hn::LoadU(df, x + i)));
+    i += n;
+  }
+  amax = std::max(amax, hn::GetLane(hn::MaxOfLanes(df, hn::Max(max_even, max_odd))));
   return i;
 }
 
