@@ -196,7 +196,9 @@ HWY_INLINE void QuantizeColumns(const float* x, size_t first, size_t count, floa
                                 LaneSums& lanes) {
   size_t vectors = 0;
 #if HWY_TARGET != HWY_SCALAR
-  if (VectorScale(scale)) {
+  // A vector must hold a whole number of lane groups (a scalable vector of 12 floats would
+  // not: its lanes would straddle the sums' lanes).
+  if (VectorScale(scale) && kSumLanes % hn::Lanes(DF()) == 0) {
     vectors = count / kSumLanes * kSumLanes;
     QuantizeVectors(x, vectors, scale, codes + first, lanes);
   }
