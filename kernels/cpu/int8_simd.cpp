@@ -109,6 +109,7 @@ HWY_INLINE void QuantizeVectors(const float* x, size_t count, float scale, int8_
       const VF v = hn::LoadU(df, x + i);
       const VF rounded = hn::Add(hn::Div(v, divisor), bias);
       hn::StoreU(hn::TruncateTo(d8, hn::BitCast(du, rounded)), d8, bytes + i);
+      // q * scale - x is exact in fp32 (int8.h), so it widens to the ref's fp64 difference.
       const VF error = hn::Sub(hn::Mul(hn::Sub(rounded, bias), divisor), v);
       const VD v_lo = hn::PromoteTo(dd, hn::LoadU(dh, x + i)), v_hi = hn::PromoteTo(dd, hn::LoadU(dh, x + i + half));
       source_lo = hn::MulAdd(v_lo, v_lo, source_lo);
