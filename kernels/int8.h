@@ -10,7 +10,7 @@ namespace shardq {
 struct Int8 {
   static constexpr int max_code = 127; // symmetric: -128 is never written
   // Report sums are kept in this many fp64 lanes (Int8RowSums): 16 is a whole number of
-  // vectors on every SIMD target (2 of AVX-512's 8 doubles, 8 of NEON's 2).
+  // vectors at every power-of-two width (2 of AVX-512's 8 doubles, 8 of NEON's 2).
   static constexpr int sum_lanes = 16;
 };
 
