@@ -301,8 +301,10 @@ HWY_INLINE auto SourceDecoder(const uint8_t* scales, int vector_scale_shift, con
 float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out, Int8RowSums* sums) {
   const auto element = [=](size_t column, float scale) { return e4m3_to_float(codes[column]) * scale; };
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  const uint8_t* scales_end = scales + (cols + kSourceBlock - 1) / kSourceBlock;
-  if (std::all_of(scales, scales_end, [](uint8_t code) { return code <= kLargestFp16Scale; })) {
+  uint8_t largest_scale = 0;
+  for (int block = 0; block < (cols + kSourceBlock - 1) / kSourceBlock; ++block)
+    largest_scale = std::max(largest_scale, scales[block]);
+  if (largest_scale <= kLargestFp16Scale) {
     const auto vector = [=](size_t column, VF scale) { return DecodeFp8ViaFp16(codes + column, scale); };
     return QuantizeSourceRow(SourceDecoder(scales, 8, vector, element), cols, out, sums); // scales times 2^8
   }
