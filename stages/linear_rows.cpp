@@ -36,24 +36,32 @@ const uint8_t* row_scales(const LinearRows& rows, uint64_t r) {
 
 } // namespace
 
-void check_linear_rows(const LinearRows& rows) {
-  const auto nan_scale = std::find(rows.scales.begin(), rows.scales.end(), E8M0::nan_code);
-  if (nan_scale != rows.scales.end()) {
-    const uint64_t at = uint64_t(nan_scale - rows.scales.begin());
-    throw StageError(fmt::format("{}: row {} column {}: E8M0 scale is NaN (0xFF); expected a finite scale",
-                                 rows.scale_tensor, scale_row_of(rows, rows.first_row) + at / scale_cols(rows),
-                                 at % scale_cols(rows)));
-  }
+void check_linear_scales(const LinearRows& rows) {
+  // A branch-free byte max first (vectorized); the search that names the NaN (0xFF, the
+  // largest byte) runs only when there is one.
+  if (rows.scales.empty() || *std::max_element(rows.scales.begin(), rows.scales.end()) != E8M0::nan_code) return;
+  const uint64_t at = uint64_t(std::find(rows.scales.begin(), rows.scales.end(), E8M0::nan_code) - rows.scales.begin());
+  throw StageError(fmt::format("{}: row {} column {}: E8M0 scale is NaN (0xFF); expected a finite scale",
+                               rows.scale_tensor, scale_row_of(rows, rows.first_row) + at / scale_cols(rows),
+                               at % scale_cols(rows)));
+}
+
+void check_linear_codes(const LinearRows& rows, uint64_t first, uint64_t count) {
   if (rows.source != LinearSource::fp8_block32) return; // every E2M1 code is a number
-  // A branch-free byte max first (vectorized: a fraction of a memory pass); the search that
-  // names the code runs only when there is one.
+  const std::span<const uint8_t> codes = rows.codes.subspan(first * uint64_t(rows.cols), count * uint64_t(rows.cols));
+  // As above: a byte max of the magnitudes, then the search only if one is NaN (0x7F).
   uint8_t largest_magnitude = 0;
-  for (const uint8_t code : rows.codes) largest_magnitude = std::max<uint8_t>(largest_magnitude, code & 0x7F);
+  for (const uint8_t code : codes) largest_magnitude = std::max<uint8_t>(largest_magnitude, code & 0x7F);
   if (!E4M3::is_nan(largest_magnitude)) return;
-  const auto nan_code = std::find_if(rows.codes.begin(), rows.codes.end(), [](uint8_t c) { return E4M3::is_nan(c); });
-  const uint64_t at = uint64_t(nan_code - rows.codes.begin());
+  const auto nan_code = std::find_if(codes.begin(), codes.end(), [](uint8_t c) { return E4M3::is_nan(c); });
+  const uint64_t at = first * uint64_t(rows.cols) + uint64_t(nan_code - codes.begin());
   throw StageError(fmt::format("{}: row {} column {}: E4M3 code 0x{:02X} is NaN", rows.tensor,
                                rows.first_row + at / uint64_t(rows.cols), at % uint64_t(rows.cols), *nan_code));
+}
+
+void check_linear_rows(const LinearRows& rows) {
+  check_linear_scales(rows);
+  check_linear_codes(rows, 0, rows.rows);
 }
 
 void decode_linear_row(const LinearRows& rows, uint64_t r, float* out) {

@@ -26,6 +26,10 @@ struct LinearRows {
 
 // Throws StageError naming tensor, row and column at the first NaN code or NaN scale.
 void check_linear_rows(const LinearRows& rows);
+// The same check in parts, so that a codec can look at codes just before it uses them
+// (while they are in cache): every scale, then the codes of chunk rows [first, first + count).
+void check_linear_scales(const LinearRows& rows);
+void check_linear_codes(const LinearRows& rows, uint64_t first, uint64_t count);
 
 // Row r (0-based in the chunk) decoded exactly into out[cols].
 void decode_linear_row(const LinearRows& rows, uint64_t r, float* out);
