@@ -302,9 +302,10 @@ PY
 }
 
 # W8A8 INT8 rows on one core (4096 rows x 2048 columns): FP8 32x32-block and FP4 expert
-# rows decoded and quantized per channel (decode_linear_row + quantize_row_int8_ref), and
-# the codec's whole chunk (encode_chunk), next to memcpy of the same output bytes (I8 codes
-# + F32 scales); prints GB/s of output and the ratio to memcpy. Target: rows >= 0.5x memcpy.
+# rows decoded and quantized per channel (quantize_linear_row_int8, the fused SIMD row; the
+# *_ref lines: the scalar decode_linear_row + quantize_row_int8_ref), and the codec's whole
+# chunk (encode_chunk), next to memcpy of the same output bytes (I8 codes + F32 scales);
+# prints GB/s of output and the ratio to memcpy. Target: rows >= 0.5x memcpy.
 bench_int8_rows() {
   local json
   json=$(mktemp)
@@ -318,7 +319,8 @@ runs = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if 
 base = runs["BM_memcpy_int8_output"]["GB/s"]
 print("medians of interleaved repetitions, one core; GB/s of output (I8 codes + F32 scales)")
 print(f"{'benchmark':24s} {'GB/s':>8s} {'M rows/s':>9s} {'x memcpy':>9s}")
-for name in ("BM_memcpy_int8_output", "BM_int8_fp8_rows", "BM_int8_fp4_rows", "BM_int8_fp8_codec", "BM_int8_fp4_codec"):
+for name in ("BM_memcpy_int8_output", "BM_int8_fp8_rows", "BM_int8_fp4_rows", "BM_int8_fp8_codec", "BM_int8_fp4_codec",
+             "BM_int8_fp8_rows_ref", "BM_int8_fp4_rows_ref"):
     b = runs[name]
     target = "   (target >= 0.5)" if name.endswith("_rows") else ""
     print(f"{name:24s} {b['GB/s']:8.3f} {b['rows/s'] / 1e6:9.3f} {b['GB/s'] / base:9.3f}{target}")

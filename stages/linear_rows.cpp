@@ -25,6 +25,9 @@ uint64_t scale_row_of(const LinearRows& rows, uint64_t row) {
   return rows.source == LinearSource::fp4_row32 ? row : row / kBlock;
 }
 
+// The codes of chunk row r.
+const uint8_t* row_codes(const LinearRows& rows, uint64_t r) { return rows.codes.data() + r * code_bytes_per_row(rows); }
+
 // The E8M0 scales of chunk row r.
 const uint8_t* row_scales(const LinearRows& rows, uint64_t r) {
   const uint64_t scale_row = scale_row_of(rows, rows.first_row + r) - scale_row_of(rows, rows.first_row);
@@ -33,24 +36,36 @@ const uint8_t* row_scales(const LinearRows& rows, uint64_t r) {
 
 } // namespace
 
-void check_linear_rows(const LinearRows& rows) {
-  const auto nan_scale = std::find(rows.scales.begin(), rows.scales.end(), E8M0::nan_code);
-  if (nan_scale != rows.scales.end()) {
-    const uint64_t at = uint64_t(nan_scale - rows.scales.begin());
-    throw StageError(fmt::format("{}: row {} column {}: E8M0 scale is NaN (0xFF); expected a finite scale",
-                                 rows.scale_tensor, scale_row_of(rows, rows.first_row) + at / scale_cols(rows),
-                                 at % scale_cols(rows)));
-  }
+void check_linear_scales(const LinearRows& rows) {
+  // A branch-free byte max first (vectorized); the search that names the NaN (0xFF, the
+  // largest byte) runs only when there is one.
+  if (rows.scales.empty() || *std::max_element(rows.scales.begin(), rows.scales.end()) != E8M0::nan_code) return;
+  const uint64_t at = uint64_t(std::find(rows.scales.begin(), rows.scales.end(), E8M0::nan_code) - rows.scales.begin());
+  throw StageError(fmt::format("{}: row {} column {}: E8M0 scale is NaN (0xFF); expected a finite scale",
+                               rows.scale_tensor, scale_row_of(rows, rows.first_row) + at / scale_cols(rows),
+                               at % scale_cols(rows)));
+}
+
+void check_linear_codes(const LinearRows& rows, uint64_t first, uint64_t count) {
   if (rows.source != LinearSource::fp8_block32) return; // every E2M1 code is a number
-  const auto nan_code = std::find_if(rows.codes.begin(), rows.codes.end(), [](uint8_t c) { return E4M3::is_nan(c); });
-  if (nan_code == rows.codes.end()) return;
-  const uint64_t at = uint64_t(nan_code - rows.codes.begin());
+  const std::span<const uint8_t> codes = rows.codes.subspan(first * uint64_t(rows.cols), count * uint64_t(rows.cols));
+  // As above: a byte max of the magnitudes, then the search only if one is NaN (0x7F).
+  uint8_t largest_magnitude = 0;
+  for (const uint8_t code : codes) largest_magnitude = std::max<uint8_t>(largest_magnitude, code & 0x7F);
+  if (!E4M3::is_nan(largest_magnitude)) return;
+  const auto nan_code = std::find_if(codes.begin(), codes.end(), [](uint8_t c) { return E4M3::is_nan(c); });
+  const uint64_t at = first * uint64_t(rows.cols) + uint64_t(nan_code - codes.begin());
   throw StageError(fmt::format("{}: row {} column {}: E4M3 code 0x{:02X} is NaN", rows.tensor,
                                rows.first_row + at / uint64_t(rows.cols), at % uint64_t(rows.cols), *nan_code));
 }
 
+void check_linear_rows(const LinearRows& rows) {
+  check_linear_scales(rows);
+  check_linear_codes(rows, 0, rows.rows);
+}
+
 void decode_linear_row(const LinearRows& rows, uint64_t r, float* out) {
-  const uint8_t* codes = rows.codes.data() + r * code_bytes_per_row(rows);
+  const uint8_t* codes = row_codes(rows, r);
   const uint8_t* scales = row_scales(rows, r);
   if (rows.source == LinearSource::fp4_row32) {
     dequantize_row_mxfp4(codes, scales, rows.cols, out);
@@ -59,6 +74,12 @@ void decode_linear_row(const LinearRows& rows, uint64_t r, float* out) {
   } else { // a partial last block: the same rule, value by value
     for (int c = 0; c < rows.cols; ++c) out[c] = e4m3_to_float(codes[c]) * e8m0_to_float(scales[c / kBlock]);
   }
+}
+
+float quantize_linear_row_int8(const LinearRows& rows, uint64_t r, int8_t* codes, Int8RowSums* sums) {
+  if (rows.source == LinearSource::fp4_row32)
+    return quantize_row_int8_from_fp4_simd(row_codes(rows, r), row_scales(rows, r), rows.cols, codes, sums);
+  return quantize_row_int8_from_fp8_simd(row_codes(rows, r), row_scales(rows, r), rows.cols, codes, sums);
 }
 
 } // namespace shardq

@@ -8,6 +8,8 @@
 #include <span>
 #include <string>
 
+#include "kernels/int8.h"
+
 namespace shardq {
 
 enum class LinearSource { fp8_block32, fp4_row32 };
@@ -24,8 +26,17 @@ struct LinearRows {
 
 // Throws StageError naming tensor, row and column at the first NaN code or NaN scale.
 void check_linear_rows(const LinearRows& rows);
+// The same check in parts, so that a codec can look at codes just before it uses them
+// (while they are in cache): every scale, then the codes of chunk rows [first, first + count).
+void check_linear_scales(const LinearRows& rows);
+void check_linear_codes(const LinearRows& rows, uint64_t first, uint64_t count);
 
 // Row r (0-based in the chunk) decoded exactly into out[cols].
 void decode_linear_row(const LinearRows& rows, uint64_t r, float* out);
+
+// Row r quantized to INT8 per channel straight from its codes (the SIMD kernels' fused
+// decode): the bits of decode_linear_row + quantize_row_int8_ref. Returns the row's scale.
+// Precondition: check_linear_rows passed.
+float quantize_linear_row_int8(const LinearRows& rows, uint64_t r, int8_t* codes, Int8RowSums* sums);
 
 } // namespace shardq

@@ -297,7 +297,8 @@ void BM_transcode_mxfp4_nvfp4(benchmark::State& state) {
 
 // W8A8 INT8 rows (seed 003) on one core: a source linear decoded exactly (FP8 E4M3 with
 // E8M0 per 32x32 block, or a DeepSeek FP4 expert: E2M1 two per byte, E8M0 per 32 of a row)
-// and quantized per channel (quantize_row_int8_ref), 4096 rows x 2048 columns; then the
+// and quantized per channel (the fused SIMD row, and the scalar decode + quantize_row_int8_ref
+// it is tested against), 4096 rows x 2048 columns; then the
 // codec's whole chunk (encode_chunk: NaN scan, decode, quantize, figures); next to memcpy
 // of the same output bytes. GB/s counts OUTPUT bytes: I8 codes + one F32 scale per row
 // (8 MiB + 16 KiB).
@@ -343,7 +344,9 @@ void set_int8_counters(benchmark::State& state) {
   state.counters["rows/s"] = benchmark::Counter(iterations * kInt8Rows, benchmark::Counter::kIsRate);
 }
 
-// decode_linear_row (the stage's exact decode) + quantize_row_int8_ref, row by row.
+// Row by row: quantize_linear_row_int8 (the SIMD kernels' fused decode + quantize), or the
+// scalar truth it is tested against (decode_linear_row + quantize_row_int8_ref).
+template <bool kRef>
 void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, const LinearSourceBytes& source) {
   const shardq::LinearRows rows{kind, "weight", "scale", 0, kInt8Rows, kInt8Cols, source.codes, source.scales};
   std::vector<int8_t> codes(kInt8CodeBytes);
@@ -351,9 +354,14 @@ void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, const Lin
   for (auto _ : state) {
     double error_sq = 0.0;
     for (int r = 0; r < kInt8Rows; ++r) {
-      shardq::decode_linear_row(rows, uint64_t(r), values.data());
       shardq::Int8RowSums sums;
-      scales[size_t(r)] = shardq::quantize_row_int8_ref(values.data(), kInt8Cols, codes.data() + size_t(r) * kInt8Cols, &sums);
+      int8_t* row_codes = codes.data() + size_t(r) * kInt8Cols;
+      if constexpr (kRef) {
+        shardq::decode_linear_row(rows, uint64_t(r), values.data());
+        scales[size_t(r)] = shardq::quantize_row_int8_ref(values.data(), kInt8Cols, row_codes, &sums);
+      } else {
+        scales[size_t(r)] = shardq::quantize_linear_row_int8(rows, uint64_t(r), row_codes, &sums);
+      }
       error_sq += sums.error_sq;
     }
     benchmark::DoNotOptimize(error_sq);
@@ -362,8 +370,10 @@ void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, const Lin
   set_int8_counters(state);
 }
 
-void BM_int8_fp8_rows(benchmark::State& state) { run_int8_rows(state, shardq::LinearSource::fp8_block32, int8_fp8_source()); }
-void BM_int8_fp4_rows(benchmark::State& state) { run_int8_rows(state, shardq::LinearSource::fp4_row32, int8_fp4_source()); }
+void BM_int8_fp8_rows(benchmark::State& state) { run_int8_rows<false>(state, shardq::LinearSource::fp8_block32, int8_fp8_source()); }
+void BM_int8_fp4_rows(benchmark::State& state) { run_int8_rows<false>(state, shardq::LinearSource::fp4_row32, int8_fp4_source()); }
+void BM_int8_fp8_rows_ref(benchmark::State& state) { run_int8_rows<true>(state, shardq::LinearSource::fp8_block32, int8_fp8_source()); }
+void BM_int8_fp4_rows_ref(benchmark::State& state) { run_int8_rows<true>(state, shardq::LinearSource::fp4_row32, int8_fp4_source()); }
 
 // The codec's chunk of 4096 rows as the worker calls it (output buffers reused).
 void run_int8_codec(benchmark::State& state, shardq::CodecKind codec, const LinearSourceBytes& source) {
@@ -426,6 +436,8 @@ BENCHMARK(BM_transcode_mxfp4_nvfp4)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_memcpy_int8_output)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp8_rows)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp4_rows)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_fp8_rows_ref)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_fp4_rows_ref)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp8_codec)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp4_codec)->Unit(benchmark::kMillisecond);
 

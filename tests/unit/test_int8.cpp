@@ -50,14 +50,25 @@ std::vector<int8_t> as_codes(std::initializer_list<int> values) {
 bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
 bool same_bits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
 
-// The report terms, recomputed here in element order: sum x^2, sum (q * scale - x)^2.
+// The lanes l == residue mod stride of 16, summed as the fold in halves sums them: lane l
+// meets lane l + 8 first, then those pairs meet the pairs 4 lanes on, and so on.
+double fold(const double* lanes, int residue = 0, int stride = 1) {
+  if (stride == 16) return lanes[residue];
+  return fold(lanes, residue, stride * 2) + fold(lanes, residue + stride, stride * 2);
+}
+
+// The report terms, recomputed here: x^2 and (q * scale - x)^2 in fp64, element i added to
+// lane i % 16 in element order, the 16 lanes then folded (docs/formats.md "INT8").
 Int8RowSums expected_sums(const std::vector<float>& x, const std::vector<int8_t>& codes, float scale) {
-  Int8RowSums sums;
+  double source[16] = {}, error[16] = {};
   for (size_t i = 0; i < x.size(); ++i) {
-    const double error = double(float(codes[i]) * scale) - double(x[i]);
-    sums.source_sq += double(x[i]) * double(x[i]);
-    sums.error_sq += error * error;
+    const double e = double(float(codes[i]) * scale) - double(x[i]);
+    source[i % 16] += double(x[i]) * double(x[i]);
+    error[i % 16] += e * e;
   }
+  Int8RowSums sums;
+  sums.source_sq = fold(source);
+  sums.error_sq = fold(error);
   return sums;
 }
 
@@ -102,6 +113,22 @@ TEST(Int8Quantize, JustOffTiesRoundToNearest) {
   const std::vector<float> row = {127.0f, std::nextafter(2.5f, 3.0f), std::nextafter(3.5f, 3.0f),
                                   std::nextafter(-2.5f, -3.0f), std::nextafter(-3.5f, -3.0f)};
   EXPECT_EQ(quantize(row).codes, as_codes({127, 3, 3, -3, -3}));
+}
+
+// The sums' order, by hand: x0^2 = 2^62 (one fp64 ulp there is 1024) and three terms of 256
+// at columns 1, 17 and 33. In element order each 256 is under half an ulp and vanishes: 2^62.
+// In lanes they meet first (lane 1: 768), and 2^62 + 768 rounds up to 2^62 + 1024. The
+// 16s quantize to 0 (error 256 each); 2^31 comes back exactly (127 * fl(2^31 / 127) =
+// 2^31 - 8, which rounds to 2^31 in fp32).
+TEST(Int8Quantize, SumsAddLaneByLane) {
+  std::vector<float> row(34, 0.0f);
+  row[0] = 0x1p31f;
+  row[1] = row[17] = row[33] = 16.0f;
+  const Quantized q = quantize(row);
+  EXPECT_EQ(q.codes[0], 127);
+  EXPECT_EQ(q.codes[1], 0);
+  EXPECT_EQ(q.sums.source_sq, 0x1p62 + 1024.0);
+  EXPECT_EQ(q.sums.error_sq, 768.0);
 }
 
 // An all-zero row (signed zeros too): scale 1.0, codes 0, flagged, sums 0.
@@ -153,7 +180,7 @@ TEST(Int8Quantize, OneHugeValue) {
 // Rows of many shapes and spreads: scale = amax / 127 (fp32 division) bit for bit, max |q|
 // reaches 127 exactly, no -128 ever, every code the nearest integer to x / scale (fp64:
 // within half a step plus the fp32 quotient's rounding), ties to even in fp32, and the
-// row's sums equal to an fp64 recomputation in element order.
+// row's sums equal to an fp64 recomputation lane by lane.
 TEST(Int8Quantize, RandomRowsInvariants) {
   std::mt19937 rng(20251017);
   std::normal_distribution<float> normal(0.0f, 1.0f);
