@@ -76,6 +76,13 @@ mount_scratch() {
   MOUNTS+=("$dir")
 }
 
+# edit_tensor FOLDER TENSOR EDIT: one tensor of a checkpoint folder dropped, reshaped or
+# its data doctored, copy-on-write (tests/resume/edit_tensor.py says which edits).
+edit_tensor() { python3 "$SHARDQ_SOURCE_DIR/tests/resume/edit_tensor.py" "$@"; }
+
+# copy_of NAME COPY: $WORK/COPY, a copy of $WORK/NAME whose files are hard links.
+copy_of() { cp -al "$WORK/$1" "$WORK/$2"; }
+
 # make_fixture DIR [engram_vocab]: the miniature checkpoint (smaller tables = faster tests).
 make_fixture() {
   "$SHARDQ_BIN" fixture --preset dsv41-mini --out "$1" --engram-vocab "${2:-600}" >/dev/null
@@ -99,6 +106,27 @@ run_shardq() {
   local rc=0
   # shellcheck disable=SC2046
   $(shardq_cmd "$np" "$@") >"$log" 2>&1 || rc=$?
+  return $rc
+}
+
+# killed_run SPEC NP LOG ARGS...: `shardq run ARGS...` on NP ranks (0 = no mpirun) into
+# LOG, killed at SPEC: a crash point (SHARDQ_CRASH_AT, e.g. quantize:30: kill -9 there) or
+# wall:SECONDS (the whole process tree kill -9'd that long after the start). Returns the
+# run's exit code (0 when it ended first).
+killed_run() {
+  local spec=$1 np=$2 log=$3 rc=0
+  shift 3
+  if [[ $spec == wall:* ]]; then
+    # shellcheck disable=SC2046
+    $(shardq_cmd "$np" "$@") >"$log" 2>&1 &
+    local pid=$!
+    STARTED_PIDS+=("$pid")
+    sleep "${spec#wall:}"
+    kill_tree "$pid"
+    wait "$pid" || rc=$?
+  else
+    SHARDQ_CRASH_AT=$spec run_shardq "$np" "$log" "$@" || rc=$?
+  fi
   return $rc
 }
 
