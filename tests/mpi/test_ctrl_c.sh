@@ -25,12 +25,7 @@ stop_run() {
     --src "$WORK/src" --dst "$WORK/$name" --set quant.method=mse --set run.rows_per_chunk=128 >"$log" 2>&1 &
   local pid=$!
   STARTED_PIDS+=("$pid")
-  local i
-  for i in $(seq 1 1200); do
-    (($(grep -c "assign 2 task" "$log") >= 8)) && break
-    kill -0 "$pid" 2>/dev/null || fail "$name: the run ended before it could be stopped: $(tail -5 "$log")"
-    sleep 0.05
-  done
+  wait_for_log "$log" "$pid" "assign 2 task" 8
   [[ "$(ps -o pgid= -p "$pid" | tr -d ' ')" == "$pid" ]] || fail "$name: mpirun does not lead its process group"
   case $how in
     ctrl-c) kill -INT -- "-$pid" ;;

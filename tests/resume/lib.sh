@@ -109,6 +109,19 @@ run_shardq() {
   return $rc
 }
 
+# wait_for_log LOG PID PATTERN [COUNT]: returns once LOG holds COUNT (default 1) lines
+# matching PATTERN (e.g. rank 0's "assign 2 task" under SHARDQ_LOG=debug: quantize work is
+# under way); fails when PID ends first or after 60 s.
+wait_for_log() {
+  local log=$1 pid=$2 pattern=$3 count=${4:-1} i
+  for i in $(seq 1 1200); do
+    (($(grep -c -- "$pattern" "$log" 2>/dev/null) >= count)) && return 0
+    kill -0 "$pid" 2>/dev/null || fail "the run ended before $count lines of '$pattern': $(tail -5 "$log")"
+    sleep 0.05
+  done
+  fail "no $count lines of '$pattern' within 60 s ($log)"
+}
+
 # killed_run SPEC NP LOG ARGS...: `shardq run ARGS...` on NP ranks (0 = no mpirun) into
 # LOG, killed at SPEC: a crash point (SHARDQ_CRASH_AT, e.g. quantize:30: kill -9 there) or
 # wall:SECONDS (the whole process tree kill -9'd that long after the start). Returns the
