@@ -6,21 +6,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build/release}"
 
-# interleaved_medians FILTER JSON: the shardq_bench benchmarks matching FILTER on one core,
-# each run BENCH_REPETITIONS times in random interleaving with the others (this VM's speed
-# drifts by tens of percent over seconds); writes JSON {run name: its median run}.
-interleaved_medians() {
-  local filter=$1 json=$2
+# interleaved_report FILTER <<'PY' ... PY: the shardq_bench benchmarks matching FILTER on one
+# core, each run BENCH_REPETITIONS times in random interleaving with the others (this VM's
+# speed drifts by tens of percent over seconds), then the Python report read from stdin,
+# which finds `runs`: {run name: its median run}.
+interleaved_report() {
+  local filter=$1 json report
+  report=$(cat)
+  json=$(mktemp)
   taskset -c 0 "$build_dir/tests/shardq_bench" --benchmark_filter="$filter" \
     --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPETITIONS:-8}" \
     --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
     --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
-  python3 - "$json" <<'PY'
-import json, sys
-runs = json.load(open(sys.argv[1]))["benchmarks"]
-medians = {b["run_name"]: b for b in runs if b.get("aggregate_name") == "median"}
-json.dump(medians, open(sys.argv[1], "w"))
-PY
+  local medians='import json, sys
+runs = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
+'
+  python3 -c "$medians$report" "$json"
+  rm -f "$json"
 }
 
 now() { date +%s.%N; }
@@ -28,24 +30,17 @@ seconds_since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sy
 
 # NVFP4 row kernels (and the FP8 E8M0-32 source decode, scalar and SIMD) on one core vs
 # memcpy of the same fp32 bytes (1 KiB per row of 256 values); prints each kernel's GB/s
-# and its ratio to memcpy. This VM's speed drifts by tens of percent over seconds: each
-# benchmark runs BENCH_REPETITIONS times in random interleaving with the others, and the
-# medians are compared.
+# and its ratio to memcpy, medians of interleaved repetitions.
 bench_kernels() {
-  local json
-  json=$(mktemp)
-  interleaved_medians 'memcpy|nvfp4|fp8_dequantize' "$json"
-  python3 - "$json" <<'PY'
-import json, sys
+  interleaved_report 'memcpy|nvfp4|fp8_dequantize' <<'PY'
 # Skipped ones (the CUDA benchmarks without a device) carry no rate.
-runs = {name: b["GB/s"] for name, b in json.load(open(sys.argv[1])).items() if "GB/s" in b}
+runs = {name: b["GB/s"] for name, b in runs.items() if "GB/s" in b}
 base = runs["BM_memcpy_fp32_rows"]
 print("medians of interleaved repetitions")
 print(f"{'benchmark':28s} {'GB/s (fp32 in)':>15s} {'x memcpy':>9s}")
 for name, gbs in sorted(runs.items()):
     print(f"{name:28s} {gbs:15.3f} {gbs / base:9.3f}")
 PY
-  rm -f "$json"
 }
 
 # GPTQ on one core: rows/s for rtn, mse, gptq, gptq-mse, and GPTQ's FLOP rate (2 * 32,640
@@ -205,12 +200,7 @@ PY
 # codes passed through without a copy) vs memcpy of the same bytes (codes + scales), and
 # the Engram MXFP4 quantizer's rows/s. Target: transcode >= 1x memcpy.
 bench_transcode() {
-  local json
-  json=$(mktemp)
-  interleaved_medians 'transcode|memcpy_mxfp4|mxfp4_quantize' "$json"
-  python3 - "$json" <<'PY'
-import json, sys
-runs = json.load(open(sys.argv[1]))
+  interleaved_report 'transcode|memcpy_mxfp4|mxfp4_quantize' <<'PY'
 base = runs["BM_memcpy_mxfp4_expert_bytes"]["GB/s"]
 print("medians of interleaved repetitions, one core")
 for name, b in sorted(runs.items()):
@@ -223,7 +213,6 @@ for name, b in sorted(runs.items()):
         line += f"   x memcpy {b['GB/s'] / base:.2f} (target >= 1)"
     print(line)
 PY
-  rm -f "$json"
 }
 
 # The whole nvfp4-1017 job (one rank) on the e2e fixture (>= 1 GB Engram tables) and its
@@ -266,12 +255,7 @@ PY
 # the codec's whole chunk (encode_chunk), next to memcpy of the same output bytes (I8 codes
 # + F32 scales); prints GB/s of output and the ratio to memcpy. Target: rows >= 0.5x memcpy.
 bench_int8_rows() {
-  local json
-  json=$(mktemp)
-  interleaved_medians 'int8' "$json"
-  python3 - "$json" <<'PY'
-import json, sys
-runs = json.load(open(sys.argv[1]))
+  interleaved_report 'int8' <<'PY'
 base = runs["BM_memcpy_int8_output"]["GB/s"]
 print("medians of interleaved repetitions, one core; GB/s of output (I8 codes + F32 scales)")
 print(f"{'benchmark':24s} {'GB/s':>8s} {'M rows/s':>9s} {'x memcpy':>9s}")
@@ -280,7 +264,6 @@ for name in ("BM_memcpy_int8_output", "BM_int8_fp8_rows", "BM_int8_fp4_rows", "B
     target = "   (target >= 0.5)" if name.endswith("_rows") else ""
     print(f"{name:24s} {b['GB/s']:8.3f} {b['rows/s'] / 1e6:9.3f} {b['GB/s'] / base:9.3f}{target}")
 PY
-  rm -f "$json"
 }
 
 # The INT8 bench's own source (the e2e fixture's linears are ~32 MB: INT8 links the Engram
