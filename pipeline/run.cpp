@@ -296,8 +296,9 @@ struct RankLoop {
     }
     worker.stop();
     link.drain();
-    // One line per rank: under mpirun only the first non-zero code reaches the caller.
-    if (exit_code == kExitInterrupted) spdlog::warn("stopped for a signal: exit {}", exit_code);
+    // Rank 0 has told the user the checkpoint is saved and how to resume; each rank's own
+    // stop is for the debug log (under mpirun only the first non-zero code reaches the caller).
+    if (exit_code == kExitInterrupted) spdlog::debug("stopped for a signal: exit {}", exit_code);
     return exit_code;
   }
 };
