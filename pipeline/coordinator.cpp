@@ -264,7 +264,7 @@ void Coordinator::on_finalized(int shard) {
 void Coordinator::on_interrupt() {
   if (interrupting_) return;
   interrupting_ = true;
-  spdlog::warn("stop requested: finishing in-flight work, flushing the checkpoint");
+  spdlog::info("stop requested: finishing in-flight work, flushing the checkpoint");
   link_.send_all(Tag::cancel, encode(int32_t(0)));
 }
 
