@@ -8,6 +8,7 @@
 #include "kernels/formats.h"
 #include "pipeline/io/config.h"
 #include "pipeline/io/index.h"
+#include "pipeline/io/strict_json.h"
 #include "pipeline/pipeline_error.h"
 #include "stages/factors.h"
 #include "stages/stage_error.h"
@@ -266,7 +267,7 @@ nlohmann::ordered_json output_index(const Plan& plan) {
   // task's input i stood, scalars and constants after the entry before them.
   std::set<std::string> mapped;
   const auto add = [&](const std::string& name, const std::string& file) {
-    if (mapped.insert(name).second) weight_map[name] = file;
+    if (mapped.insert(name).second) io::append_new_key(weight_map, name, file);
   };
   std::map<std::string, std::vector<std::string>> placed; // source tensor -> output tensors
   for (const auto& shard : plan.shards) {

@@ -271,7 +271,7 @@ std::vector<TensorInfo> Writer::plan(const std::vector<TensorSpec>& specs, uint6
     uint64_t end = 0;
     if (!bytes || __builtin_add_overflow(offset, *bytes, &end)) throw IoError(fmt::format("cannot plan {}: size overflows or is not whole bytes", described));
     tensors.push_back(TensorInfo{spec.name, spec.dtype, spec.shape, offset, end});
-    json[spec.name] = {{"dtype", dtype_name(spec.dtype)}, {"shape", spec.shape}, {"data_offsets", {offset, end}}};
+    append_new_key(json, spec.name, {{"dtype", dtype_name(spec.dtype)}, {"shape", spec.shape}, {"data_offsets", {offset, end}}});
     offset = end;
   }
   std::string text;
