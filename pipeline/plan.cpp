@@ -8,6 +8,7 @@
 #include "kernels/formats.h"
 #include "pipeline/io/config.h"
 #include "pipeline/io/index.h"
+#include "pipeline/io/shard_readers.h"
 #include "pipeline/io/strict_json.h"
 #include "pipeline/pipeline_error.h"
 #include "stages/factors.h"
@@ -108,11 +109,13 @@ std::vector<std::string> unlisted_files(const Plan& plan) {
   return files;
 }
 
-// The reference's small tensors, read whole (input scales).
+// The reference's small tensors, read whole (input scales): one per routed expert
+// projection, so each shard is opened once for all of its tensors.
 ReadTensorBytes reference_reader(const CheckpointView& reference) {
-  return [&reference](const std::string& name) {
+  auto readers = std::make_shared<io::ShardReaders>(reference.dir);
+  return [&reference, readers](const std::string& name) {
     const SourceTensor& tensor = reference.at(name);
-    const io::Reader reader(reference.dir / reference.shard_files[tensor.shard]);
+    const io::Reader& reader = readers->get(reference.shard_files[tensor.shard]);
     const io::TensorInfo& info = reader.tensor(name);
     std::vector<uint8_t> bytes(info.end - info.begin);
     reader.read_bytes(info.begin, bytes);
