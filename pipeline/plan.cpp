@@ -92,6 +92,7 @@ void plan_shards(Plan& plan, int ranks) {
     for (const auto& entry : shard.entries) specs.push_back(entry.spec);
     std::string header;
     shard.layout = io::Writer::plan(specs, &shard.data_offset, &header, shard.metadata);
+    for (size_t i = 0; i < shard.layout.size(); ++i) shard.layout_index.emplace(shard.layout[i].name, i);
   }
 }
 
@@ -132,7 +133,7 @@ uint64_t Plan::total_rows() const {
 }
 
 const io::TensorInfo& ShardPlan::planned(const std::string& name) const {
-  for (const auto& info : layout) if (info.name == name) return info;
+  if (const auto it = layout_index.find(name); it != layout_index.end()) return layout[it->second];
   throw PipelineError(fmt::format("{}: no planned tensor '{}'", file, name));
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct ShardPlan {
   std::vector<io::TensorInfo> layout; // planned offsets, parallel to entries
   uint64_t data_offset = 0;
   std::map<std::string, std::string> metadata; // the source shard's __metadata__
+  std::unordered_map<std::string, size_t> layout_index; // tensor name -> its place in layout
+
+  // Throws PipelineError when the shard plans no such tensor. Every chunk written looks up
+  // its outputs here: a search of the layout would cost O(tensors) each time.
   const io::TensorInfo& planned(const std::string& name) const;
 };
 
