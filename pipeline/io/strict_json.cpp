@@ -13,7 +13,9 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 // nlohmann's SAX events built into an ordered_json as its own DOM parser would, except that
-// keys are appended in O(1) and checked against a hash set per open object.
+// object members are appended in O(1) and checked against a hash set per open object.
+// Members collect in a vector of movable pairs and move into the object when it closes:
+// ordered_map's pairs have a const key, so growing it in place would copy every member.
 class StrictDomBuilder {
  public:
   StrictDomBuilder(const std::string& label, std::string_view what) : label_(label), what_(what) {}
@@ -29,29 +31,32 @@ class StrictDomBuilder {
   bool binary(Json::binary_t& value) { return add(Json::binary(std::move(value))); }
 
   bool start_object(std::size_t) {
-    open_.push_back(place(Json::object()));
-    seen_keys_.emplace_back();
+    open_.emplace_back().is_object = true;
     return true;
   }
   bool key(Json::string_t& key) {
-    if (!seen_keys_.back().insert(key).second) {
-      throw IoError(fmt::format("{}: {}: duplicate key '{}'", label_, what_, key));
-    }
-    pending_key_ = std::move(key);
+    OpenContainer& object = open_.back();
+    if (!object.keys.insert(key).second) throw IoError(fmt::format("{}: {}: duplicate key '{}'", label_, what_, key));
+    object.members.emplace_back(std::move(key), nullptr);
     return true;
   }
   bool end_object() {
-    seen_keys_.pop_back();
+    OpenContainer closed = std::move(open_.back());
     open_.pop_back();
-    return true;
+    Json object = Json::object();
+    auto& members = object.get_ref<Json::object_t&>();
+    members.reserve(closed.members.size());
+    for (auto& [key, value] : closed.members) append_new_key(object, std::move(key), std::move(value));
+    return add(std::move(object));
   }
   bool start_array(std::size_t) {
-    open_.push_back(place(Json::array()));
+    open_.emplace_back().array = Json::array();
     return true;
   }
   bool end_array() {
+    Json array = std::move(open_.back().array);
     open_.pop_back();
-    return true;
+    return add(std::move(array));
   }
 
   // The library's own exception (parse_error, out_of_range), as its DOM parser throws it.
@@ -61,33 +66,29 @@ class StrictDomBuilder {
   }
 
  private:
-  bool add(Json value) {
-    place(std::move(value));
-    return true;
-  }
+  struct OpenContainer {
+    bool is_object = false;
+    Json array;                                           // when an array
+    std::vector<std::pair<std::string, Json>> members;    // when an object: the last one's value comes next
+    std::unordered_set<std::string> keys;                 // when an object
+  };
 
-  // Puts a value into the innermost open container (or makes it the root) and returns where
-  // it now lies. Only the innermost container grows, so pointers to the open ones stay valid.
-  Json* place(Json value) {
+  // Puts a finished value into the innermost open container, or makes it the root.
+  bool add(Json value) {
     if (open_.empty()) {
       root_ = std::move(value);
-      return &root_;
+    } else if (open_.back().is_object) {
+      open_.back().members.back().second = std::move(value);
+    } else {
+      open_.back().array.push_back(std::move(value));
     }
-    Json& parent = *open_.back();
-    if (parent.is_array()) {
-      parent.push_back(std::move(value));
-      return &parent.back();
-    }
-    append_new_key(parent, std::move(pending_key_), std::move(value));
-    return &parent.get_ref<Json::object_t&>().back().second;
+    return true;
   }
 
   const std::string& label_;
   std::string_view what_;
   Json root_;
-  std::vector<Json*> open_;                                 // containers not yet closed, outermost first
-  std::vector<std::unordered_set<std::string>> seen_keys_; // one per open object
-  std::string pending_key_;                                // the key of the next object member
+  std::vector<OpenContainer> open_; // outermost first
 };
 
 } // namespace
