@@ -447,7 +447,7 @@ int cmd_verify(const VerifyArgs& args) {
                 "missing or differs from the plan");
   }
   if (!job.input_scales_from.empty()) verify_reference_layout(plan, job, readers, audit);
-  const CheckpointView output = read_checkpoint_view(plan.dst);
+  const CheckpointView output = read_checkpoint_view(readers.output);
   plan.recipe->audit(plan.recipe_plan, plan.params, plan.source, output,
                      [&](const std::string& category, bool ok, const std::string& what, const std::string& detail) {
                        audit.check(category, ok, what, detail);

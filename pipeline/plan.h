@@ -15,6 +15,7 @@
 
 #include "pipeline/io/index.h"
 #include "pipeline/io/safetensors.h"
+#include "pipeline/io/shard_readers.h"
 #include "pipeline/job.h"
 #include "stages/recipes/recipe.h"
 #include "stages/write.h"
@@ -65,6 +66,8 @@ Plan make_plan(const Job& job, int ranks);
 
 // The headers of a checkpoint folder (index, config, hf_quant_config.json, shards).
 CheckpointView read_checkpoint_view(const std::filesystem::path& dir, nlohmann::ordered_json* index = nullptr);
+// The same through `readers` (their folder's), which keep the shards open for later use.
+CheckpointView read_checkpoint_view(io::ShardReaders& readers, nlohmann::ordered_json* index = nullptr);
 
 // A factor set's FP8 linear dequantized exactly (32x32 E8M0 blocks), row-major
 // [out, in]; refuses a missing tensor, the wrong shape or NaN codes, naming it.
