@@ -111,12 +111,11 @@ std::vector<std::string> unlisted_files(const Plan& plan) {
 }
 
 // The reference's small tensors, read whole (input scales): one per routed expert
-// projection, so each shard is opened once for all of its tensors.
-ReadTensorBytes reference_reader(const CheckpointView& reference) {
-  auto readers = std::make_shared<io::ShardReaders>(reference.dir);
-  return [&reference, readers](const std::string& name) {
+// projection, so they come from the shards `readers` opened for the reference's view.
+ReadTensorBytes reference_reader(const CheckpointView& reference, io::ShardReaders& readers) {
+  return [&reference, &readers](const std::string& name) {
     const SourceTensor& tensor = reference.at(name);
-    const io::Reader& reader = readers->get(reference.shard_files[tensor.shard]);
+    const io::Reader& reader = readers.get(reference.shard_files[tensor.shard]);
     const io::TensorInfo& info = reader.tensor(name);
     std::vector<uint8_t> bytes(info.end - info.begin);
     reader.read_bytes(info.begin, bytes);
@@ -173,10 +172,11 @@ Plan make_plan(const Job& job, int ranks) {
   try {
     plan.recipe = make_recipe(job.recipe);
     plan.source = read_checkpoint_view(source_readers, &plan.source_index);
+    io::ShardReaders reference_readers(job.input_scales_from);
     std::optional<CheckpointView> reference;
-    if (!job.input_scales_from.empty()) reference = read_checkpoint_view(job.input_scales_from);
+    if (!job.input_scales_from.empty()) reference = read_checkpoint_view(reference_readers);
     RecipeInputs inputs{plan.params, plan.source, reference ? &*reference : nullptr,
-                        reference ? reference_reader(*reference) : ReadTensorBytes{}};
+                        reference ? reference_reader(*reference, reference_readers) : ReadTensorBytes{}};
     plan.recipe_plan = plan.recipe->plan(inputs);
   } catch (const StageError& e) {
     throw PipelineError(e.what());
