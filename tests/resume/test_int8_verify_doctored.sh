@@ -99,7 +99,9 @@ expect_fail() {
     problem "$name" "verify crashed instead of failing a check: $(grep 'shardq: error' "$WORK/verify-$name.log")"
     return 0
   fi
-  grep '^FAIL  ' "$WORK/verify-$name.log" | grep -qF -- "$text" || { problem "$name" "no FAIL line naming '$text'"; return 0; }
+  # Without -q: grep -q would stop reading at the first match, and the first grep, cut off
+  # mid-write (SIGPIPE), would fail the pipeline under pipefail.
+  grep '^FAIL  ' "$WORK/verify-$name.log" | grep -F -- "$text" >/dev/null || { problem "$name" "no FAIL line naming '$text'"; return 0; }
   grep -Eq '^FAILED: [1-9][0-9]* check\(s\) failed$' "$WORK/verify-$name.log" || { problem "$name" "no FAILED summary"; return 0; }
   awk -v c="$category" 'index($0, c) == 1 { split(substr($0, length(c) + 1), f, " "); if (f[2] + 0 > 0) found = 1 }
     END { exit !found }' "$WORK/verify-$name.log" || { problem "$name" "the table row '$category' counts no failure"; return 0; }
