@@ -1,14 +1,22 @@
 #include "pipeline/chunk_writer.h"
 
+#include <chrono>
+
 namespace shardq {
 namespace {
 
-// Chunks waiting to be written: enough to keep the disk busy while the next ones are
-// computed, few enough that memory stays bounded by chunk buffers.
-constexpr size_t kMaxQueuedChunks = 2;
+// Bytes of chunks waiting to be written: enough to keep the disk busy while the next ones
+// are computed (a couple of big chunks, thousands of small ones), few enough that memory
+// stays bounded by chunk buffers.
+constexpr uint64_t kMaxQueuedBytes = 64ull << 20;
 // An fsync at least this often (bytes written since the last), even while chunks keep
 // coming: a stop or a crash loses at most this much finished work.
 constexpr uint64_t kSyncBytes = 256ull << 20;
+// Written chunks wait at most this long for their fsync. The checkpoint records durable
+// chunks at most every 0.5 s, so syncing more often would only multiply fsyncs.
+constexpr auto kSyncDelay = std::chrono::milliseconds(200);
+// Chunk buffers kept for reuse; a batch of thousands of small chunks need not stay allocated.
+constexpr size_t kFreeBuffers = 8;
 
 } // namespace
 
@@ -34,8 +42,9 @@ void ChunkWriter::stop() {
 
 void ChunkWriter::push(const ChunkResult& result, ChunkBytes bytes) {
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return queue_.size() < kMaxQueuedChunks || failure_ || stopping_; });
+  changed_.wait(lock, [&] { return queued_bytes_ < kMaxQueuedBytes || failure_ || stopping_; });
   if (failure_) std::rethrow_exception(failure_);
+  queued_bytes_ += bytes.size();
   queue_.push_back({result, std::move(bytes)});
   changed_.notify_all();
 }
@@ -54,42 +63,60 @@ void ChunkWriter::rethrow_if_failed() {
 }
 
 void ChunkWriter::run() {
-  std::vector<Pending> unsynced; // written, not yet covered by an fsync
+  std::vector<Pending> unsynced;      // written, not yet covered by an fsync
+  std::set<size_t> unsynced_shards;   // the shards they were written to
   uint64_t unsynced_bytes = 0;
-  for (;;) {
-    Pending next;
-    bool queue_drained = false;
-    {
-      std::unique_lock lock(mutex_);
-      changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return; // stopping, everything written and synced
-      next = std::move(queue_.front());
-      queue_.pop_front();
-      queue_drained = queue_.empty();
-      changed_.notify_all();
-    }
-    try {
+  std::chrono::steady_clock::time_point sync_due; // when the oldest unsynced chunk must be synced
+  try {
+    for (;;) {
+      Pending next;
+      {
+        std::unique_lock lock(mutex_);
+        const auto ready = [&] { return stopping_ || !queue_.empty(); };
+        if (unsynced.empty()) changed_.wait(lock, ready);
+        else changed_.wait_until(lock, sync_due, ready);
+        if (queue_.empty()) { // stopping (everything written), or the oldest chunk is due
+          const bool stopping = stopping_;
+          lock.unlock();
+          make_durable(unsynced, unsynced_shards);
+          unsynced_bytes = 0;
+          if (stopping) return;
+          continue;
+        }
+        next = std::move(queue_.front());
+        queue_.pop_front();
+        queued_bytes_ -= next.bytes.size();
+        changed_.notify_all();
+      }
       const Task& task = plan_.tasks()[size_t(next.result.task)];
       const uint64_t chunk = uint64_t(next.result.chunk);
       outputs_.write_chunk_bytes(task, task.chunk_first_row(chunk), task.chunk_rows(chunk), next.bytes.buffers);
+      if (unsynced.empty()) sync_due = std::chrono::steady_clock::now() + kSyncDelay;
       unsynced_bytes += next.bytes.size();
+      unsynced_shards.insert(task.shard);
       unsynced.push_back(std::move(next));
-      // Sync once nothing else waits (the disk then catches up while the next chunk is
-      // computed) or once enough has piled up: a slow disk gets fewer, larger syncs.
-      if (!queue_drained && unsynced_bytes < kSyncBytes) continue;
-      outputs_.sync_all();
-    } catch (...) {
-      std::lock_guard lock(mutex_);
-      failure_ = std::current_exception();
-      changed_.notify_all();
-      return;
+      // A slow disk gets fewer, larger syncs; a fast one still no more than one per delay.
+      if (unsynced_bytes >= kSyncBytes || std::chrono::steady_clock::now() >= sync_due) {
+        make_durable(unsynced, unsynced_shards);
+        unsynced_bytes = 0;
+      }
     }
-    for (const auto& pending : unsynced) on_durable_(pending.result);
+  } catch (...) {
     std::lock_guard lock(mutex_);
-    for (auto& pending : unsynced) free_.push_back(std::move(pending.bytes));
-    unsynced.clear();
-    unsynced_bytes = 0;
+    failure_ = std::current_exception();
+    changed_.notify_all();
   }
+}
+
+void ChunkWriter::make_durable(std::vector<Pending>& unsynced, std::set<size_t>& unsynced_shards) {
+  outputs_.sync(unsynced_shards);
+  unsynced_shards.clear();
+  for (const auto& pending : unsynced) on_durable_(pending.result);
+  std::lock_guard lock(mutex_);
+  for (auto& pending : unsynced) {
+    if (free_.size() < kFreeBuffers) free_.push_back(std::move(pending.bytes));
+  }
+  unsynced.clear();
 }
 
 } // namespace shardq

@@ -1,8 +1,10 @@
 // The write side of a rank: a thread that pwrites finished chunks into this rank's output
 // shards and makes them durable in batches. A chunk is reported (on_durable) only after an
 // fsync that covers it, so the checkpoint never records a chunk the disk may not hold;
-// one fsync covers everything written since the last, so the disk sees large writes
-// while the compute thread goes on with the next chunk.
+// one fsync of each shard written since the last covers everything in it, so the disk
+// sees large writes while the compute thread goes on with the next chunk. Batches are
+// timed to the checkpoint (which records at most every 0.5 s), not to each chunk: a plan
+// of 50K small chunks costs a few fsyncs per second, not several per chunk.
 #pragma once
 
 #include <condition_variable>
@@ -11,6 +13,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -32,7 +35,9 @@ class ChunkWriter {
   ChunkWriter(const Plan& plan, OutputFiles& outputs, OnDurable on_durable);
   ~ChunkWriter();
 
-  // Queues a chunk for writing; waits while kMaxQueuedChunks are queued (back-pressure).
+  // Queues a chunk for writing; waits while the queue holds kMaxQueuedBytes already
+  // (back-pressure on big chunks; small ones never wait on an fsync in progress, since
+  // rank 0's main loop queues the chunks other ranks send it).
   void push(const ChunkResult& result, ChunkBytes bytes);
   // Buffers of an already written chunk, to fill again (empty ones when none is free).
   ChunkBytes recycled();
@@ -45,6 +50,8 @@ class ChunkWriter {
     ChunkBytes bytes;
   };
   void run();
+  // fsyncs the shards written since the last sync, then reports their chunks.
+  void make_durable(std::vector<Pending>& unsynced, std::set<size_t>& unsynced_shards);
 
   const Plan& plan_;
   OutputFiles& outputs_;
@@ -52,6 +59,7 @@ class ChunkWriter {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Pending> queue_;
+  uint64_t queued_bytes_ = 0;
   std::vector<ChunkBytes> free_;
   bool stopping_ = false;
   std::exception_ptr failure_;

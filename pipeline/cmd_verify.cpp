@@ -16,11 +16,13 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "kernels/formats.h"
 #include "kernels/mxfp4.h"
 #include "pipeline/commands.h"
 #include "pipeline/io/config.h"
+#include "pipeline/io/shard_readers.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/plan.h"
 #include "stages/amax.h"
@@ -32,6 +34,14 @@ namespace {
 
 constexpr uint64_t kPieceBytes = 64ull << 20;
 constexpr uint64_t kVerifyRows = 65536;
+
+// The source's and the output's shards, each opened once for the whole audit: a plan of
+// 50K tasks would otherwise parse the same few headers of thousands of tensors per task.
+struct AuditReaders {
+  io::ShardReaders source, output;
+  const io::Reader& source_of(const Plan& plan, const Task& task) { return source.get(plan.shards[task.shard].file); }
+  const io::Reader& output_of(const Plan& plan, const Task& task) { return output.get(plan.shards[task.shard].file); }
+};
 
 // Checks grouped by what they check; failures print at once, the table at the end.
 class Audit {
@@ -108,9 +118,9 @@ bool same_file_bytes(const std::filesystem::path& a, const std::filesystem::path
 // An engram-nvfp4 task: global scale recomputed from the source's amax, every row within
 // the NVFP4 bound (round-to-nearest methods), the report's rel RMS error recomputed.
 void verify_engram_nvfp4(const Plan& plan, const Task& task, const nlohmann::ordered_json& report_table,
-                         bool round_to_nearest, Audit& audit) {
-  const io::Reader source(plan.src / plan.shards[task.shard].file);
-  const io::Reader output(plan.dst / plan.shards[task.shard].file);
+                         bool round_to_nearest, AuditReaders& readers, Audit& audit) {
+  const io::Reader& source = readers.source_of(plan, task);
+  const io::Reader& output = readers.output_of(plan, task);
   const auto& weight = source.tensor(task.inputs[0]);
   const auto& scale = source.tensor(task.inputs[1]);
   const std::string global_name = task.name + ".weight_scale_2";
@@ -150,18 +160,22 @@ void verify_engram_nvfp4(const Plan& plan, const Task& task, const nlohmann::ord
 }
 
 // Shards holding an Engram table are their own row of the table (the products promise them).
-std::string shard_category(const Plan& plan, const ShardPlan& shard) {
+std::string shard_category(const std::set<size_t>& engram_shards, size_t shard) {
+  return engram_shards.count(shard) ? "Engram tables identical to the source" : "unchanged shards identical";
+}
+
+std::set<size_t> shards_with_engram_tables(const Plan& plan) {
+  std::set<size_t> shards;
   for (const auto& t : plan.source.tensors) {
-    if (plan.shards[t.shard].file == shard.file && t.spec.name.find("engram.embed") != std::string::npos) {
-      return "Engram tables identical to the source";
-    }
+    if (t.spec.name.find("engram.embed") != std::string::npos) shards.insert(t.shard);
   }
-  return "unchanged shards identical";
+  return shards;
 }
 
 // Copies byte-identical, constants as planned.
-void verify_shard_entries(const Plan& plan, const ShardPlan& shard, Audit& audit) {
-  const io::Reader source(plan.src / shard.file), output(plan.dst / shard.file);
+void verify_shard_entries(const ShardPlan& shard, AuditReaders& readers, Audit& audit) {
+  const io::Reader& source = readers.source.get(shard.file);
+  const io::Reader& output = readers.output.get(shard.file);
   for (const auto& entry : shard.entries) {
     const io::TensorInfo* found = output.find(entry.spec.name);
     if (!found) continue; // counted by verify_index and the task's outputs
@@ -216,23 +230,29 @@ Job verify_job(const VerifyArgs& args) {
 
 // Index closed: every shard it names is present and whole (its header matches its size),
 // and every tensor of every shard is named once, in the shard that holds it.
-void verify_index(const Plan& plan, Audit& audit) {
+void verify_index(const Plan& plan, AuditReaders& readers, Audit& audit) {
   const auto index = io::read_json_object(plan.dst / io::kIndexFileName);
   audit.check("index as planned", index == output_index(plan), std::string(io::kIndexFileName), "differs from the plan");
   const auto& weight_map = index["weight_map"];
+  // ordered_json finds keys by linear search: look 100K tensors up in a hash map instead.
+  std::unordered_map<std::string_view, std::string> shard_of;
   std::set<std::string> files;
-  for (const auto& [name, file] : weight_map.items()) files.insert(file.get<std::string>());
-  std::map<std::string, int> seen;
+  for (const auto& [name, file] : weight_map.items()) {
+    shard_of.emplace(name, file.get<std::string>());
+    files.insert(file.get<std::string>());
+  }
+  std::unordered_map<std::string, int> seen;
   for (const auto& file : files) {
     const auto path = plan.dst / file;
     bool whole = std::filesystem::exists(path);
     if (whole) {
       try {
-        const io::Reader reader(path); // validates the header against the file size
+        const io::Reader& reader = readers.output.get(file); // validates the header against the file size
         for (const auto& t : reader.tensors()) {
           ++seen[t.name];
-          audit.check("index closed", weight_map.contains(t.name) && weight_map[t.name] == file, t.name,
-                      "in " + file + " but the index names " + (weight_map.contains(t.name) ? weight_map[t.name].get<std::string>() : "no shard"));
+          const auto named = shard_of.find(t.name);
+          audit.check("index closed", named != shard_of.end() && named->second == file, t.name,
+                      "in " + file + " but the index names " + (named != shard_of.end() ? named->second : "no shard"));
         }
       } catch (const std::exception& e) {
         whole = false;
@@ -257,8 +277,10 @@ float read_f32_scalar(const io::Reader& reader, const std::string& name) {
 
 // A task whose two inputs (codes, scales) and two outputs have its rows, kVerifyRows at a
 // time: check(first, rows, source codes, source scales, output codes, output scales).
-template <class CheckRows> void for_each_row_batch(const Plan& plan, const Task& task, CheckRows check) {
-  const io::Reader source(plan.src / plan.shards[task.shard].file), output(plan.dst / plan.shards[task.shard].file);
+template <class CheckRows>
+void for_each_row_batch(const Plan& plan, const Task& task, AuditReaders& readers, CheckRows check) {
+  const io::Reader& source = readers.source_of(plan, task);
+  const io::Reader& output = readers.output_of(plan, task);
   std::vector<uint8_t> source_codes, source_scales, codes, scales;
   for (uint64_t first = 0; first < task.rows; first += kVerifyRows) {
     const uint64_t rows = std::min(kVerifyRows, task.rows - first);
@@ -271,11 +293,10 @@ template <class CheckRows> void for_each_row_batch(const Plan& plan, const Task&
 }
 
 // A transcoded expert: every element bit-exact against the source.
-void verify_transcode(const Plan& plan, const Task& task, Audit& audit) {
-  const float weight_scale_2 =
-      read_f32_scalar(io::Reader(plan.dst / plan.shards[task.shard].file), task.name + ".weight_scale_2");
+void verify_transcode(const Plan& plan, const Task& task, AuditReaders& readers, Audit& audit) {
+  const float weight_scale_2 = read_f32_scalar(readers.output_of(plan, task), task.name + ".weight_scale_2");
   VerifyCounts counts;
-  for_each_row_batch(plan, task, [&](uint64_t first, uint64_t rows, const auto& source_codes, const auto& source_scales,
+  for_each_row_batch(plan, task, readers, [&](uint64_t first, uint64_t rows, const auto& source_codes, const auto& source_scales,
                                      const auto& codes, const auto& scales) {
     verify_transcode_rows(source_codes.data(), source_scales.data(), codes.data(), scales.data(), weight_scale_2, first,
                           rows, task.cols, task.outputs[0].name, counts);
@@ -285,9 +306,9 @@ void verify_transcode(const Plan& plan, const Task& task, Audit& audit) {
 }
 
 // An Engram MXFP4 table: the quantizer's bytes, and its cosine against the FP8 source.
-double verify_mxfp4_table(const Plan& plan, const Task& task, Audit& audit) {
+double verify_mxfp4_table(const Plan& plan, const Task& task, AuditReaders& readers, Audit& audit) {
   VerifyCounts counts;
-  for_each_row_batch(plan, task, [&](uint64_t first, uint64_t rows, const auto& codes, const auto& scales,
+  for_each_row_batch(plan, task, readers, [&](uint64_t first, uint64_t rows, const auto& codes, const auto& scales,
                                      const auto& packed, const auto& out_scales) {
     const Fp8RowChunk chunk{task.inputs[0], first, rows, task.cols, codes, scales, task.inputs[1]};
     verify_mxfp4_rows(chunk, packed.data(), out_scales.data(), task.outputs[0].name, counts);
@@ -303,8 +324,9 @@ double verify_mxfp4_table(const Plan& plan, const Task& task, Audit& audit) {
 }
 
 // An INT8 or BF16 linear: every row against its decoded source.
-void verify_linear(const Plan& plan, const Task& task, Audit& audit) {
-  const io::Reader source(plan.src / plan.shards[task.shard].file), output(plan.dst / plan.shards[task.shard].file);
+void verify_linear(const Plan& plan, const Task& task, AuditReaders& readers, Audit& audit) {
+  const io::Reader& source = readers.source_of(plan, task);
+  const io::Reader& output = readers.output_of(plan, task);
   const bool fp4 = task.codec == CodecKind::fp4_to_int8 || task.codec == CodecKind::fp4_to_bf16;
   const bool int8 = task.codec == CodecKind::fp8_to_int8 || task.codec == CodecKind::fp4_to_int8;
   VerifyCounts counts;
@@ -332,10 +354,9 @@ void verify_linear(const Plan& plan, const Task& task, Audit& audit) {
 
 // Every output tensor of the task is in its shard with the planned dtype and shape (else
 // its rows would be read as something they are not).
-bool outputs_as_planned(const Plan& plan, const Task& task, Audit& audit) {
-  const auto path = plan.dst / plan.shards[task.shard].file;
-  if (!std::filesystem::exists(path)) return false; // counted by verify_index
-  const io::Reader output(path);
+bool outputs_as_planned(const Plan& plan, const Task& task, AuditReaders& readers, Audit& audit) {
+  if (!std::filesystem::exists(plan.dst / plan.shards[task.shard].file)) return false; // counted by verify_index
+  const io::Reader& output = readers.output_of(plan, task);
   bool all = true;
   for (const auto& spec : task.outputs) {
     const io::TensorInfo* info = output.find(spec.name);
@@ -349,28 +370,28 @@ bool outputs_as_planned(const Plan& plan, const Task& task, Audit& audit) {
   return all;
 }
 
-void verify_tasks(const Plan& plan, const nlohmann::ordered_json& report, Audit& audit) {
+void verify_tasks(const Plan& plan, const nlohmann::ordered_json& report, AuditReaders& readers, Audit& audit) {
   const bool round_to_nearest = plan.job.method == "rtn" || plan.job.method == "mse";
   const auto& report_tables = report.contains("tables") ? report["tables"] : nlohmann::ordered_json::array();
   std::vector<std::string> cosines;
   size_t table = 0;
   for (const Task& task : plan.tasks()) {
-    if (!outputs_as_planned(plan, task, audit)) continue; // its rows cannot be read as planned
+    if (!outputs_as_planned(plan, task, readers, audit)) continue; // its rows cannot be read as planned
     switch (task.codec) {
       case CodecKind::engram_nvfp4: {
         const auto report_table = table < report_tables.size() ? report_tables[table] : nlohmann::ordered_json::object();
         ++table;
-        verify_engram_nvfp4(plan, task, report_table, round_to_nearest, audit);
+        verify_engram_nvfp4(plan, task, report_table, round_to_nearest, readers, audit);
         break;
       }
       case CodecKind::engram_mxfp4:
-        cosines.push_back(fmt::format("layer {} {:.4f}", task.layer, verify_mxfp4_table(plan, task, audit)));
+        cosines.push_back(fmt::format("layer {} {:.4f}", task.layer, verify_mxfp4_table(plan, task, readers, audit)));
         break;
-      case CodecKind::transcode_mxfp4_nvfp4: verify_transcode(plan, task, audit); break;
+      case CodecKind::transcode_mxfp4_nvfp4: verify_transcode(plan, task, readers, audit); break;
       case CodecKind::fp8_to_int8:
       case CodecKind::fp4_to_int8:
       case CodecKind::fp8_to_bf16:
-      case CodecKind::fp4_to_bf16: verify_linear(plan, task, audit); break;
+      case CodecKind::fp4_to_bf16: verify_linear(plan, task, readers, audit); break;
     }
   }
   if (!cosines.empty()) audit.note("engram cosine", fmt::format("{} (min {})", fmt::join(cosines, ", "), plan.job.engram_min_cosine));
@@ -378,18 +399,15 @@ void verify_tasks(const Plan& plan, const nlohmann::ordered_json& report, Audit&
 
 // Every output tensor's name, dtype and shape against the reference checkpoint's (MTP
 // experts re-encoded with keep_mtp = false have no counterpart there).
-void verify_reference_layout(const Plan& plan, const Job& job, Audit& audit) {
+void verify_reference_layout(const Plan& plan, const Job& job, AuditReaders& readers, Audit& audit) {
   const CheckpointView reference = read_checkpoint_view(job.input_scales_from);
   const auto skipped = [&](const std::string& name) { return !job.keep_mtp && name.rfind("mtp.", 0) == 0 && name.find(".ffn.experts.") != std::string::npos; };
   std::set<std::string> output_names;
-  std::map<std::string, std::unique_ptr<io::Reader>> readers; // per output shard, opened once
   const auto index = io::read_json_object(plan.dst / io::kIndexFileName);
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (skipped(name)) continue;
     output_names.insert(name);
-    auto& reader = readers[file.get<std::string>()];
-    if (!reader) reader = std::make_unique<io::Reader>(plan.dst / file.get<std::string>());
-    const auto* tensor = reader->find(name);
+    const auto* tensor = readers.output.get(file.get<std::string>()).find(name);
     const SourceTensor* ref = reference.find(name);
     audit.check("layout equal to the reference", tensor && ref && ref->spec.dtype == tensor->dtype && ref->spec.shape == tensor->shape,
                 name, ref ? "dtype or shape differs from the reference's" : "not in the reference");
@@ -411,14 +429,17 @@ int cmd_verify(const VerifyArgs& args) {
   if (args.job_file.empty()) job.method = report.value("method", job.method);
   const Plan plan = make_plan(job, 1);
   Audit audit;
-  verify_index(plan, audit);
-  for (const auto& shard : plan.shards) {
+  AuditReaders readers{io::ShardReaders(plan.src), io::ShardReaders(plan.dst)};
+  verify_index(plan, readers, audit);
+  const std::set<size_t> engram_shards = shards_with_engram_tables(plan);
+  for (size_t s = 0; s < plan.shards.size(); ++s) {
+    const ShardPlan& shard = plan.shards[s];
     const auto out = plan.dst / shard.file;
     if (!std::filesystem::exists(out)) continue; // counted by verify_index
-    if (!shard.changed) audit.check(shard_category(plan, shard), same_file_bytes(plan.src / shard.file, out), shard.file, "differs from the source");
-    else verify_shard_entries(plan, shard, audit);
+    if (!shard.changed) audit.check(shard_category(engram_shards, s), same_file_bytes(plan.src / shard.file, out), shard.file, "differs from the source");
+    else verify_shard_entries(shard, readers, audit);
   }
-  verify_tasks(plan, report, audit);
+  verify_tasks(plan, report, readers, audit);
   for (const auto& file : plan.other_files) {
     const auto out = plan.dst / file;
     audit.check("other files identical", std::filesystem::exists(out) && same_file_bytes(plan.src / file, out), file, "missing or different");
@@ -428,8 +449,8 @@ int cmd_verify(const VerifyArgs& args) {
     audit.check("config files as planned", std::filesystem::exists(plan.dst / file) && io::read_json_object(plan.dst / file) == json, file,
                 "missing or differs from the plan");
   }
-  if (!job.input_scales_from.empty()) verify_reference_layout(plan, job, audit);
-  const CheckpointView output = read_checkpoint_view(plan.dst);
+  if (!job.input_scales_from.empty()) verify_reference_layout(plan, job, readers, audit);
+  const CheckpointView output = read_checkpoint_view(readers.output);
   plan.recipe->audit(plan.recipe_plan, plan.params, plan.source, output,
                      [&](const std::string& category, bool ok, const std::string& what, const std::string& detail) {
                        audit.check(category, ok, what, detail);

@@ -319,14 +319,17 @@ void Coordinator::finish_run() {
 
 void Coordinator::save(bool force) {
   const auto now = std::chrono::steady_clock::now();
-  // A save rewrites the whole generation (the blobs stay in their write-once file):
-  // space saves so that they never take more than ~5% of the run.
+  // Space saves so that they never take more than ~5% of the run. Paced by the journal
+  // appends only: a base rewrite (at the start, when blobs change, once the journal
+  // outgrows the base) is paid for by the appends before it, and pacing by it would leave
+  // the first seconds of a large plan unrecorded.
   const double interval = std::max(kSaveIntervalSeconds, 20.0 * last_save_seconds_);
   if (!force && (!dirty_ || std::chrono::duration<double>(now - last_save_).count() < interval)) return;
   state_.elapsed_seconds = elapsed_before_ + std::chrono::duration<double>(now - start_).count();
   ++state_.generation;
   state_.updated_unix = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  if (base_due_) {
+  const bool base = base_due_;
+  if (base) {
     save_checkpoint(checkpoint_path_, state_, blobs_digest_);
     base_bytes_ = std::filesystem::file_size(checkpoint_path_);
     journal_bytes_ = 0;
@@ -341,7 +344,7 @@ void Coordinator::save(bool force) {
   write_rank_figures(force);
   dirty_ = false;
   last_save_ = std::chrono::steady_clock::now();
-  last_save_seconds_ = std::chrono::duration<double>(last_save_ - now).count();
+  if (!base) last_save_seconds_ = std::chrono::duration<double>(last_save_ - now).count();
 }
 
 // For `shardq status`: each rank's host, threads and rows this run, beside the checkpoint

@@ -75,9 +75,8 @@ void OutputFiles::write_chunk_bytes(const Task& task, uint64_t first_row, uint64
   }
 }
 
-void OutputFiles::sync_all() {
-  std::lock_guard lock(writers_mutex_);
-  for (auto& [shard, out] : writers_) out->sync();
+void OutputFiles::sync(const std::set<size_t>& shards) {
+  for (size_t shard : shards) writer(shard).sync();
 }
 
 void OutputFiles::copy_tensor(io::Writer& out, const io::Reader& source, const ShardEntry& entry,

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <vector>
 
@@ -27,10 +28,10 @@ class OutputFiles {
   void open_mine();
 
   // A task's output buffers of one chunk at their planned places (pwrite); durable only
-  // after sync_all().
+  // after sync() of its shard.
   void write_chunk_bytes(const Task& task, uint64_t first_row, uint64_t rows,
                          const std::vector<std::vector<uint8_t>>& buffers);
-  void sync_all(); // fsync every shard this rank holds open
+  void sync(const std::set<size_t>& shards); // fsync these shards (this rank holds them open)
 
   // Copies the unchanged tensors, writes constants and the group scalars (in layout
   // order), fsyncs, renames.
@@ -42,7 +43,7 @@ class OutputFiles {
   const Plan& plan_;
   int rank_;
   bool direct_;
-  // The map is shared by the main thread (finalize) and the writer thread (sync_all); a
+  // The map is shared by the main thread (finalize) and the writer thread (sync); a
   // shard's Writer itself is used by one thread at a time.
   mutable std::mutex writers_mutex_;
   std::map<size_t, std::unique_ptr<io::Writer>> writers_;

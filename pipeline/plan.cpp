@@ -8,6 +8,8 @@
 #include "kernels/formats.h"
 #include "pipeline/io/config.h"
 #include "pipeline/io/index.h"
+#include "pipeline/io/shard_readers.h"
+#include "pipeline/io/strict_json.h"
 #include "pipeline/pipeline_error.h"
 #include "stages/factors.h"
 #include "stages/stage_error.h"
@@ -47,21 +49,21 @@ RecipeParams recipe_params(const Job& job) {
   return params;
 }
 
-std::string headers_text(const std::filesystem::path& dir, const std::vector<std::string>& files) {
+std::string headers_text(io::ShardReaders& readers, const std::vector<std::string>& files) {
   std::string headers;
   for (const auto& file : files) {
-    const io::Reader reader(dir / file);
+    const io::Reader& reader = readers.get(file);
     headers += fmt::format("{}:{}:{};", file, reader.file_size(), reader.data_offset());
     for (const auto& t : reader.tensors()) headers += fmt::format("{}:{}:{}-{};", t.name, io::dtype_name(t.dtype), t.begin, t.end);
   }
   return headers;
 }
 
-std::vector<std::pair<std::string, std::string>> make_fingerprint(const Plan& plan) {
+std::vector<std::pair<std::string, std::string>> make_fingerprint(const Plan& plan, io::ShardReaders& source_readers) {
   std::vector<std::pair<std::string, std::string>> fingerprint = {
       {"tool_version", SHARDQ_VERSION},
       {"job", plan.job.canonical()},
-      {"source_headers", headers_text(plan.src, plan.source.shard_files)},
+      {"source_headers", headers_text(source_readers, plan.source.shard_files)},
       {"src", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.src)).string()},
       // A checkpoint kept elsewhere (--checkpoint) must not resume into another output.
       {"dst", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.dst)).string()}};
@@ -90,6 +92,7 @@ void plan_shards(Plan& plan, int ranks) {
     for (const auto& entry : shard.entries) specs.push_back(entry.spec);
     std::string header;
     shard.layout = io::Writer::plan(specs, &shard.data_offset, &header, shard.metadata);
+    for (size_t i = 0; i < shard.layout.size(); ++i) shard.layout_index.emplace(shard.layout[i].name, i);
   }
 }
 
@@ -107,11 +110,12 @@ std::vector<std::string> unlisted_files(const Plan& plan) {
   return files;
 }
 
-// The reference's small tensors, read whole (input scales).
-ReadTensorBytes reference_reader(const CheckpointView& reference) {
-  return [&reference](const std::string& name) {
+// The reference's small tensors, read whole (input scales): one per routed expert
+// projection, so they come from the shards `readers` opened for the reference's view.
+ReadTensorBytes reference_reader(const CheckpointView& reference, io::ShardReaders& readers) {
+  return [&reference, &readers](const std::string& name) {
     const SourceTensor& tensor = reference.at(name);
-    const io::Reader reader(reference.dir / reference.shard_files[tensor.shard]);
+    const io::Reader& reader = readers.get(reference.shard_files[tensor.shard]);
     const io::TensorInfo& info = reader.tensor(name);
     std::vector<uint8_t> bytes(info.end - info.begin);
     reader.read_bytes(info.begin, bytes);
@@ -128,11 +132,17 @@ uint64_t Plan::total_rows() const {
 }
 
 const io::TensorInfo& ShardPlan::planned(const std::string& name) const {
-  for (const auto& info : layout) if (info.name == name) return info;
+  if (const auto it = layout_index.find(name); it != layout_index.end()) return layout[it->second];
   throw PipelineError(fmt::format("{}: no planned tensor '{}'", file, name));
 }
 
 CheckpointView read_checkpoint_view(const std::filesystem::path& dir, nlohmann::ordered_json* index_out) {
+  io::ShardReaders readers(dir);
+  return read_checkpoint_view(readers, index_out);
+}
+
+CheckpointView read_checkpoint_view(io::ShardReaders& readers, nlohmann::ordered_json* index_out) {
+  const std::filesystem::path& dir = readers.folder();
   if (!std::filesystem::is_directory(dir)) throw PipelineError(fmt::format("{}: checkpoint folder not found", dir.string()));
   const auto index_path = dir / io::kIndexFileName;
   CheckpointView view;
@@ -145,8 +155,7 @@ CheckpointView read_checkpoint_view(const std::filesystem::path& dir, nlohmann::
     if (!std::filesystem::exists(dir / view.shard_files[s])) {
       throw PipelineError(fmt::format("{}: shard '{}' named by the index is missing", index_path.string(), view.shard_files[s]));
     }
-    const io::Reader reader(dir / view.shard_files[s]);
-    for (const auto& t : reader.tensors()) view.tensors.push_back({{t.name, t.dtype, t.shape}, s});
+    for (const auto& t : readers.get(view.shard_files[s]).tensors()) view.tensors.push_back({{t.name, t.dtype, t.shape}, s});
   }
   view.index();
   if (index_out) *index_out = index;
@@ -159,13 +168,15 @@ Plan make_plan(const Job& job, int ranks) {
   plan.params = recipe_params(job);
   plan.src = job.src;
   plan.dst = job.dst;
+  io::ShardReaders source_readers(plan.src); // each source header parsed once for the whole plan
   try {
     plan.recipe = make_recipe(job.recipe);
-    plan.source = read_checkpoint_view(plan.src, &plan.source_index);
+    plan.source = read_checkpoint_view(source_readers, &plan.source_index);
+    io::ShardReaders reference_readers(job.input_scales_from);
     std::optional<CheckpointView> reference;
-    if (!job.input_scales_from.empty()) reference = read_checkpoint_view(job.input_scales_from);
+    if (!job.input_scales_from.empty()) reference = read_checkpoint_view(reference_readers);
     RecipeInputs inputs{plan.params, plan.source, reference ? &*reference : nullptr,
-                        reference ? reference_reader(*reference) : ReadTensorBytes{}};
+                        reference ? reference_reader(*reference, reference_readers) : ReadTensorBytes{}};
     plan.recipe_plan = plan.recipe->plan(inputs);
   } catch (const StageError& e) {
     throw PipelineError(e.what());
@@ -173,14 +184,14 @@ Plan make_plan(const Job& job, int ranks) {
   for (size_t s = 0; s < plan.source.shard_files.size(); ++s) {
     ShardPlan shard;
     shard.file = plan.source.shard_files[s];
-    shard.metadata = io::Reader(plan.src / shard.file).metadata();
+    shard.metadata = source_readers.get(shard.file).metadata();
     plan.shards.push_back(std::move(shard));
   }
   plan_shards(plan, ranks);
   plan.group_tasks.resize(plan.recipe_plan.groups);
   for (size_t t = 0; t < plan.tasks().size(); ++t) plan.group_tasks.at(plan.tasks()[t].group).push_back(t);
   plan.other_files = unlisted_files(plan);
-  plan.fingerprint = make_fingerprint(plan);
+  plan.fingerprint = make_fingerprint(plan, source_readers);
   return plan;
 }
 
@@ -266,7 +277,7 @@ nlohmann::ordered_json output_index(const Plan& plan) {
   // task's input i stood, scalars and constants after the entry before them.
   std::set<std::string> mapped;
   const auto add = [&](const std::string& name, const std::string& file) {
-    if (mapped.insert(name).second) weight_map[name] = file;
+    if (mapped.insert(name).second) io::append_new_key(weight_map, name, file);
   };
   std::map<std::string, std::vector<std::string>> placed; // source tensor -> output tensors
   for (const auto& shard : plan.shards) {

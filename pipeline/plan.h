@@ -9,11 +9,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "pipeline/io/index.h"
 #include "pipeline/io/safetensors.h"
+#include "pipeline/io/shard_readers.h"
 #include "pipeline/job.h"
 #include "stages/recipes/recipe.h"
 #include "stages/write.h"
@@ -31,6 +33,10 @@ struct ShardPlan {
   std::vector<io::TensorInfo> layout; // planned offsets, parallel to entries
   uint64_t data_offset = 0;
   std::map<std::string, std::string> metadata; // the source shard's __metadata__
+  std::unordered_map<std::string, size_t> layout_index; // tensor name -> its place in layout
+
+  // Throws PipelineError when the shard plans no such tensor. Every chunk written looks up
+  // its outputs here: a search of the layout would cost O(tensors) each time.
   const io::TensorInfo& planned(const std::string& name) const;
 };
 
@@ -60,6 +66,8 @@ Plan make_plan(const Job& job, int ranks);
 
 // The headers of a checkpoint folder (index, config, hf_quant_config.json, shards).
 CheckpointView read_checkpoint_view(const std::filesystem::path& dir, nlohmann::ordered_json* index = nullptr);
+// The same through `readers` (their folder's), which keep the shards open for later use.
+CheckpointView read_checkpoint_view(io::ShardReaders& readers, nlohmann::ordered_json* index = nullptr);
 
 // A factor set's FP8 linear dequantized exactly (32x32 E8M0 blocks), row-major
 // [out, in]; refuses a missing tensor, the wrong shape or NaN codes, naming it.

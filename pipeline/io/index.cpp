@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <set>
+#include <unordered_set>
 
 #include "pipeline/io/config.h"
 #include "pipeline/io/io_error.h"
+#include "pipeline/io/strict_json.h"
 
 namespace shardq::io {
 
@@ -95,9 +97,13 @@ void write_index(const std::filesystem::path& index_file, const ShardIndex& inde
     if (key != "total_size") metadata[key] = value;
   }
   Json weight_map = Json::object();
+  std::unordered_set<std::string_view> tensors;
   for (const auto& [tensor, shard] : index.weight_map) {
     check_shard_name(shard, index_file, tensor);
-    weight_map[tensor] = shard;
+    if (!tensors.insert(tensor).second) {
+      throw IoError(fmt::format("{}: weight_map names tensor '{}' twice", index_file.string(), tensor));
+    }
+    append_new_key(weight_map, tensor, shard);
   }
   write_json_file(index_file, Json{{"metadata", std::move(metadata)}, {"weight_map", std::move(weight_map)}});
 }

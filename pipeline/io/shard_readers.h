@@ -1,0 +1,31 @@
+// The safetensors shards of one folder, each opened once: opening a Reader parses and
+// validates its whole header, which for a shard of thousands of tensors costs far more
+// than the small reads that callers make tensor by tensor.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "pipeline/io/safetensors.h"
+
+namespace shardq::io {
+
+// Opens each shard on first use and keeps it open. Not thread-safe; the Readers it returns
+// are (pread only) and live as long as it does.
+class ShardReaders {
+ public:
+  explicit ShardReaders(std::filesystem::path folder) : folder_(std::move(folder)) {}
+
+  const Reader& get(std::string_view file);
+  const std::filesystem::path& folder() const { return folder_; }
+
+ private:
+  std::filesystem::path folder_;
+  std::map<std::string, std::unique_ptr<Reader>, std::less<>> readers_;
+};
+
+} // namespace shardq::io
