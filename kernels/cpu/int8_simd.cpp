@@ -2,13 +2,14 @@
 // the float row quantizer and the fused decode + quantize of FP8 and FP4 source rows.
 // Bit-identical to quantize_row_int8_ref (after the scalar decode, for the fused rows):
 // - the scale is the ref's own scalar expression of the amax (a max is exact in any order);
-// - a code is the fp32 quotient x / scale (vector division is IEEE-exact) rounded half to
-//   even by adding 1.5 * 2^23, where fp32 rounds at ulp 1: the code is the sum's low byte;
-// - the report terms are exact in fp64 (kernels/int8.h), so a fused multiply-add rounds as
-//   the ref's product then sum; lane l of the lanes vectors is the ref's lane l.
-// Rows whose scale is not a normal fp32 number take the ref's element arithmetic instead.
-// Built with -ffp-contract=off; tests/unit/test_int8_simd.cpp holds every compiled target
-// to the ref.
+// - a code is the fp32 quotient x / scale (vector division is IEEE-exact; for decoded
+//   FP8 / FP4 values a table of quotients, QuotientTable) rounded half to even by adding
+//   1.5 * 2^23, where fp32 rounds at ulp 1: the code is the sum's low byte;
+// - the report terms are the ref's fp32 operations, each lane's fma a fused multiply-add
+//   (lane l of the lanes vectors is the ref's lane l), blocks widened to fp64 as the ref.
+// Rows whose scale is not a normal fp32 number, and targets without a native fused
+// multiply-add, take the ref's element arithmetic instead. Built with -ffp-contract=off;
+// tests/unit/test_int8_simd.cpp holds every compiled target to the ref.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -27,17 +28,61 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr size_t kSumLanes = Int8::sum_lanes;
+constexpr size_t kSumBlock = Int8::sum_block;
 constexpr float kMaxCode = float(Int8::max_code);
 constexpr int kSourceBlock = 32; // columns per E8M0 scale of a source row
 
-// A row's report sums by lane (kernels/int8.h), kept between the passes over its tiles.
+// A row's scale and the unit of its report terms (kernels/int8.h).
+struct RowScale {
+  explicit RowScale(float row_scale)
+      : scale(row_scale), k(Int8::sum_exponent(row_scale)), unit(std::ldexp(1.0f, -k)), m(row_scale * unit) {}
+  float scale;
+  int k;
+  float unit; // 2^-k
+  float m;    // scale * 2^-k
+};
+
+// A row's report sums by fp64 lane, kept between its blocks and tiles.
 struct LaneSums {
   HWY_ALIGN double source_sq[kSumLanes] = {};
   HWY_ALIGN double error_sq[kSumLanes] = {};
 };
 
-Int8RowSums FoldLanes(const LaneSums& lanes, bool all_zero) {
-  return {fold_int8_sum_lanes(lanes.source_sq), fold_int8_sum_lanes(lanes.error_sq), all_zero};
+// One sum block's fp32 lanes.
+struct BlockLanes {
+  HWY_ALIGN float source_sq[kSumLanes] = {};
+  HWY_ALIGN float error_sq[kSumLanes] = {};
+};
+
+// Each fp32 lane widened and added to its fp64 lane.
+HWY_INLINE void AddBlock(const BlockLanes& block, LaneSums& lanes) {
+#if HWY_TARGET != HWY_SCALAR
+  const hn::CappedTag<float, kSumLanes> df;
+  const hn::Half<decltype(df)> dh;
+  const hn::Repartition<double, decltype(df)> dd;
+  const size_t n = hn::Lanes(df), half = n / 2;
+  if (kSumLanes % n == 0 && half > 0) {
+    for (size_t group = 0; group < kSumLanes; group += n) {
+      const auto source = hn::Load(df, block.source_sq + group), error = hn::Load(df, block.error_sq + group);
+      double* source_sq = lanes.source_sq + group;
+      double* error_sq = lanes.error_sq + group;
+      hn::Store(hn::Add(hn::Load(dd, source_sq), hn::PromoteTo(dd, hn::LowerHalf(dh, source))), dd, source_sq);
+      hn::Store(hn::Add(hn::Load(dd, source_sq + half), hn::PromoteTo(dd, hn::UpperHalf(dh, source))), dd, source_sq + half);
+      hn::Store(hn::Add(hn::Load(dd, error_sq), hn::PromoteTo(dd, hn::LowerHalf(dh, error))), dd, error_sq);
+      hn::Store(hn::Add(hn::Load(dd, error_sq + half), hn::PromoteTo(dd, hn::UpperHalf(dh, error))), dd, error_sq + half);
+    }
+    return;
+  }
+#endif
+  for (size_t l = 0; l < kSumLanes; ++l) {
+    lanes.source_sq[l] += double(block.source_sq[l]);
+    lanes.error_sq[l] += double(block.error_sq[l]);
+  }
+}
+
+Int8RowSums FoldLanes(const LaneSums& lanes, const RowScale& row, bool all_zero) {
+  return {std::ldexp(fold_int8_sum_lanes(lanes.source_sq), 2 * row.k),
+          std::ldexp(fold_int8_sum_lanes(lanes.error_sq), 2 * row.k), all_zero};
 }
 
 HWY_INLINE float ScaleOf(float amax) { return amax == 0.0f ? 1.0f : amax / kMaxCode; }
@@ -48,27 +93,55 @@ HWY_INLINE float ScaleOf(float amax) { return amax == 0.0f ? 1.0f : amax / kMaxC
 HWY_INLINE bool VectorScale(float scale) { return scale >= FLT_MIN && scale <= FLT_MAX; }
 
 // The ref's element at `column`: its code and its terms added to its lane.
-HWY_INLINE void QuantizeElement(float x, size_t column, float scale, int8_t* codes, LaneSums& lanes) {
-  const float q = std::clamp(std::nearbyint(x / scale), -kMaxCode, kMaxCode);
+HWY_INLINE void QuantizeElement(float x, size_t column, const RowScale& row, int8_t* codes, BlockLanes& lanes) {
+  const float q = std::clamp(std::nearbyint(x / row.scale), -kMaxCode, kMaxCode);
   codes[column] = int8_t(q);
-  const double error = double(q * scale) - double(x);
-  lanes.source_sq[column % kSumLanes] += double(x) * double(x);
-  lanes.error_sq[column % kSumLanes] += error * error;
+  const float source = x * row.unit, error = q * row.m - source;
+  const size_t lane = column % kSumLanes;
+  lanes.source_sq[lane] = std::fma(source, source, lanes.source_sq[lane]);
+  lanes.error_sq[lane] = std::fma(error, error, lanes.error_sq[lane]);
 }
 
-#if HWY_TARGET != HWY_SCALAR // two halves of a vector widen to fp64
+#if HWY_TARGET != HWY_SCALAR
 using DF = hn::CappedTag<float, kSumLanes>;
 using DH = hn::Half<DF>;
-using DD = hn::Repartition<double, DF>; // one half of DF's lanes, widened
 using DU = hn::RebindToUnsigned<DF>;
 using DI = hn::RebindToSigned<DF>;
 using D8 = hn::Rebind<uint8_t, DF>;
 using VF = hn::Vec<DF>;
-using VD = hn::Vec<DD>;
 
 // y + 1.5 * 2^23 for |y| < 2^22 lies in [2^23, 2^24), where the fp32 ulp is 1: the add rounds
 // y half to even (the constant is even), and the sum's bits are 0x4B400000 + round(y).
 constexpr float kRoundingBias = 12582912.0f;
+
+// x / scale without a division, for x = M * 2^E whose significand M has at most 3 fraction
+// bits (every decoded FP8 / FP4 value: a small float times a power of two), or x an fp32
+// subnormal or zero: T[j] * 2^E with T[j] = fl(M_j / scale), M_j = 1 + j / 8, j the top 3
+// fraction bits of x (one lane lookup), 2^E = x with its fraction cleared (and +-0 for a
+// zero or a subnormal x). Exact, as scaling by a power of two commutes with the rounding
+// while fl(M_j / scale) and the quotient are normal, given 2^-120 <= scale <= 2^122:
+// - T[j] is in [2^-122, 2^121]: normal;
+// - a quotient below 2^-126 in magnitude (and every subnormal x's: |x| < 2^-126 <
+//   scale / 2) rounds to code 0 either way.
+// Needs a vector of 8 lanes or more (the 8 entries of T repeat across a wider one).
+constexpr float kSmallestTableScale = 0x1p-120f;
+struct QuotientTable {
+  VF table;
+  explicit QuotientTable(float scale) {
+    const DF df;
+    HWY_ALIGN float entries[hn::MaxLanes(DF())];
+    for (size_t l = 0; l < hn::Lanes(df); ++l) entries[l] = (1.0f + float(l % 8) * 0.125f) / scale;
+    table = hn::Load(df, entries);
+  }
+  HWY_INLINE VF Quotient(VF x) const {
+    const DF df;
+    const DU du;
+    const auto bits = hn::BitCast(du, x);
+    const auto index = hn::And(hn::ShiftRight<20>(bits), hn::Set(du, uint32_t(hn::Lanes(df) - 1)));
+    const VF power = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xFF800000u)));
+    return hn::Mul(hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::BitCast(DI(), index))), power);
+  }
+};
 
 // max |x[i]| over the whole vectors of [0, count); returns how many columns it covered.
 HWY_INLINE size_t MaxAbsVectors(const float* x, size_t count, float& amax) {
@@ -89,39 +162,32 @@ HWY_INLINE size_t MaxAbsVectors(const float* x, size_t count, float& amax) {
   return i;
 }
 
-// Columns [0, count) of x (count a multiple of kSumLanes, x at a column that is one too)
-// with a normal scale: codes, and the terms added to `lanes`. Lane group g of every
-// kSumLanes-column step is one vector; each group runs through the columns with its own
-// accumulators (one pass on a target whose vector holds all the lanes).
-HWY_INLINE void QuantizeVectors(const float* x, size_t count, float scale, int8_t* codes, LaneSums& lanes) {
+// Columns [0, count) of x (count a multiple of kSumLanes, x at a column that is one too,
+// all in one sum block) with a normal scale: codes, and the terms added to `lanes`. Lane
+// group g of every kSumLanes-column step is one vector; each group runs through the
+// columns with its own accumulators (one pass where a vector holds all the lanes).
+// `table`: the quotients from a QuotientTable, else by division.
+HWY_INLINE void QuantizeVectors(const float* x, size_t count, const RowScale& row, const QuotientTable* table,
+                                int8_t* codes, BlockLanes& lanes) {
   const DF df;
-  const DH dh;
-  const DD dd;
-  const DU du;
   const D8 d8;
-  const size_t n = hn::Lanes(df), half = n / 2;
-  const VF divisor = hn::Set(df, scale), bias = hn::Set(df, kRoundingBias);
+  const size_t n = hn::Lanes(df);
+  const VF divisor = hn::Set(df, row.scale), bias = hn::Set(df, kRoundingBias);
+  const VF unit = hn::Set(df, row.unit), m = hn::Set(df, row.m);
   uint8_t* bytes = reinterpret_cast<uint8_t*>(codes);
   for (size_t group = 0; group < kSumLanes; group += n) {
-    VD source_lo = hn::Load(dd, lanes.source_sq + group), source_hi = hn::Load(dd, lanes.source_sq + group + half);
-    VD error_lo = hn::Load(dd, lanes.error_sq + group), error_hi = hn::Load(dd, lanes.error_sq + group + half);
+    VF source_sq = hn::Load(df, lanes.source_sq + group), error_sq = hn::Load(df, lanes.error_sq + group);
     for (size_t i = group; i < count; i += kSumLanes) {
       const VF v = hn::LoadU(df, x + i);
-      const VF rounded = hn::Add(hn::Div(v, divisor), bias);
-      hn::StoreU(hn::TruncateTo(d8, hn::BitCast(du, rounded)), d8, bytes + i);
-      // q * scale - x is exact in fp32 (int8.h), so it widens to the ref's fp64 difference.
-      const VF error = hn::Sub(hn::Mul(hn::Sub(rounded, bias), divisor), v);
-      const VD v_lo = hn::PromoteTo(dd, hn::LoadU(dh, x + i)), v_hi = hn::PromoteTo(dd, hn::LoadU(dh, x + i + half));
-      source_lo = hn::MulAdd(v_lo, v_lo, source_lo);
-      source_hi = hn::MulAdd(v_hi, v_hi, source_hi);
-      const VD e_lo = hn::PromoteTo(dd, hn::LowerHalf(dh, error)), e_hi = hn::PromoteTo(dd, hn::UpperHalf(dh, error));
-      error_lo = hn::MulAdd(e_lo, e_lo, error_lo);
-      error_hi = hn::MulAdd(e_hi, e_hi, error_hi);
+      const VF rounded = hn::Add(table ? table->Quotient(v) : hn::Div(v, divisor), bias);
+      hn::StoreU(hn::TruncateTo(d8, hn::BitCast(DU(), rounded)), d8, bytes + i);
+      const VF source = hn::Mul(v, unit);
+      const VF error = hn::Sub(hn::Mul(hn::Sub(rounded, bias), m), source);
+      source_sq = hn::MulAdd(source, source, source_sq);
+      error_sq = hn::MulAdd(error, error, error_sq);
     }
-    hn::Store(source_lo, dd, lanes.source_sq + group);
-    hn::Store(source_hi, dd, lanes.source_sq + group + half);
-    hn::Store(error_lo, dd, lanes.error_sq + group);
-    hn::Store(error_hi, dd, lanes.error_sq + group + half);
+    hn::Store(source_sq, df, lanes.source_sq + group);
+    hn::Store(error_sq, df, lanes.error_sq + group);
   }
 }
 
@@ -192,28 +258,41 @@ HWY_INLINE float MaxAbs(const float* x, size_t count, float amax) {
 }
 
 // Columns [first, first + count) of a row whose scale is known, x at column `first` (a
-// multiple of kSumLanes): vectors where the scale allows, the ref's elements for the rest.
-HWY_INLINE void QuantizeColumns(const float* x, size_t first, size_t count, float scale, int8_t* codes,
-                                LaneSums& lanes) {
-  size_t vectors = 0;
-#if HWY_TARGET != HWY_SCALAR
+// multiple of kSumBlock): vectors where the target and the scale allow, the ref's
+// elements for the rest. `decoded`: x holds decoded FP8 / FP4 values (QuotientTable).
+HWY_INLINE void QuantizeColumns(const float* x, size_t first, size_t count, const RowScale& row, [[maybe_unused]] bool decoded,
+                                int8_t* codes, LaneSums& lanes) {
+  [[maybe_unused]] bool vectors = false;
+#if HWY_TARGET != HWY_SCALAR && HWY_NATIVE_FMA
   // A vector must hold a whole number of lane groups (a scalable vector of 12 floats would
   // not: its lanes would straddle the sums' lanes).
-  if (VectorScale(scale) && kSumLanes % hn::Lanes(DF()) == 0) {
-    vectors = count / kSumLanes * kSumLanes;
-    QuantizeVectors(x, vectors, scale, codes + first, lanes);
-  }
+  const size_t n = hn::Lanes(DF());
+  vectors = VectorScale(row.scale) && kSumLanes % n == 0;
+  const bool use_table = vectors && decoded && n >= 8 && row.scale >= kSmallestTableScale;
+  const QuotientTable table(use_table ? row.scale : 1.0f);
 #endif
-  for (size_t i = vectors; i < count; ++i) QuantizeElement(x[i], first + i, scale, codes, lanes);
+  for (size_t block = 0; block < count; block += kSumBlock) {
+    const size_t size = std::min(kSumBlock, count - block);
+    BlockLanes block_lanes;
+    size_t done = 0;
+#if HWY_TARGET != HWY_SCALAR && HWY_NATIVE_FMA
+    if (vectors) {
+      done = size / kSumLanes * kSumLanes;
+      QuantizeVectors(x + block, done, row, use_table ? &table : nullptr, codes + first + block, block_lanes);
+    }
+#endif
+    for (size_t i = done; i < size; ++i) QuantizeElement(x[block + i], first + block + i, row, codes, block_lanes);
+    AddBlock(block_lanes, lanes);
+  }
 }
 
 float QuantizeRowInt8(const float* x, int cols, int8_t* codes, Int8RowSums* sums) {
   const float amax = MaxAbs(x, size_t(cols), 0.0f);
-  const float scale = ScaleOf(amax);
+  const RowScale row(ScaleOf(amax));
   LaneSums lanes;
-  QuantizeColumns(x, 0, size_t(cols), scale, codes, lanes);
-  if (sums) *sums = FoldLanes(lanes, amax == 0.0f);
-  return scale;
+  QuantizeColumns(x, 0, size_t(cols), row, false, codes, lanes);
+  if (sums) *sums = FoldLanes(lanes, row, amax == 0.0f);
+  return row.scale;
 }
 
 // ------------------------------------------------------------ source rows
@@ -221,7 +300,7 @@ float QuantizeRowInt8(const float* x, int cols, int8_t* codes, Int8RowSums* sums
 // decoded once; a longer one twice (for the amax, then for the codes), which keeps the
 // buffer in L1 whatever the width.
 constexpr size_t kTileCols = 8192; // 32 KiB: a whole row of DeepSeek's 7168-wide linears
-static_assert(kTileCols % kSourceBlock == 0 && kTileCols % kSumLanes == 0);
+static_assert(kTileCols % kSourceBlock == 0 && kTileCols % kSumBlock == 0);
 
 // decode(first, count, out, amax) writes columns [first, first + count) of the row (first a
 // multiple of kTileCols) as fp32 and returns amax folded with their max |x|.
@@ -232,15 +311,15 @@ HWY_INLINE float QuantizeSourceRow(const Decode& decode, int cols, int8_t* codes
   float amax = 0.0f;
   for (size_t first = 0; first < width; first += kTileCols)
     amax = decode(first, std::min(kTileCols, width - first), tile, amax);
-  const float scale = ScaleOf(amax);
+  const RowScale row(ScaleOf(amax));
   LaneSums lanes;
   for (size_t first = 0; first < width; first += kTileCols) {
     const size_t count = std::min(kTileCols, width - first);
     if (width > kTileCols) decode(first, count, tile, 0.0f);
-    QuantizeColumns(tile, first, count, scale, codes, lanes);
+    QuantizeColumns(tile, first, count, row, true, codes, lanes);
   }
-  if (sums) *sums = FoldLanes(lanes, amax == 0.0f);
-  return scale;
+  if (sums) *sums = FoldLanes(lanes, row, amax == 0.0f);
+  return row.scale;
 }
 
 // Columns [first, first + count) of a source row into out, first a multiple of
