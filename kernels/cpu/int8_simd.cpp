@@ -11,6 +11,7 @@
 // multiply-add, take the ref's element arithmetic instead. Built with -ffp-contract=off;
 // tests/unit/test_int8_simd.cpp holds every compiled target to the ref.
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 
@@ -377,7 +378,150 @@ HWY_INLINE auto SourceDecoder(const uint8_t* scales, int vector_scale_shift, con
   };
 }
 
+// ------------------------------------------------------------ fused source rows
+// Rows of whole 32-column blocks on x86 (AVX2 and up: F16C and FMA) in two light passes and
+// no tile: the amax from the codes' bytes (a key per code, Fp8KeyAmax / Fp4KeyAmax), then
+// each vector decoded straight to x' = x * 2^-k (the report terms' unit, kernels/int8.h)
+// and quantized by a QuotientTable of m = scale * 2^-k. The ref's numbers, given:
+// - every non-zero x and x' is a normal fp32 number and every block's 2^(b - 127 - k) too
+//   (checked per row from the smallest and largest scale byte): the decode's one product
+//   is then exact, as the ref's x and its x * 2^-k are;
+// - x' / m is x / scale, the same real number, so the same fp32 quotient.
+// Other rows take the tile path above.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
+constexpr size_t kFusedBlocks = kTileCols / kSourceBlock; // blocks per stack chunk of scales
+
+// The amax of a row of FP8 blocks by a 16-bit key per code: key = (|code| - 8, at least 0)
+// + 8 * b. For a normal code (|code| = e << 3 | mmm, e >= 1) that is 8 (e - 1 + b) + mmm:
+// the value's exponent, then its mantissa, so keys order values exactly across blocks; a
+// subnormal code (|code| < 8) gets its block's key of |code| 8, above its value. So a
+// largest key K > 8 * (largest b) is a normal code's and the row's amax: (1 + mmm / 8) *
+// 2^(K / 8 - 133), whose fp32 bits are K << 20 - 6 << 23 (when that is a normal number).
+// Returns false where it cannot tell (the amax may be a subnormal code's, or not normal).
+HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t blocks, uint8_t largest_b, float& amax) {
+  const hn::CappedTag<uint16_t, kSourceBlock> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> d8;
+  const size_t n = hn::Lanes(d16);
+  auto keys = hn::Zero(d16);
+  for (size_t block = 0; block < blocks; ++block) {
+    const auto offset = hn::Set(d16, uint16_t(8 * scales[block]));
+    for (size_t column = block * kSourceBlock; column < (block + 1) * kSourceBlock; column += n) {
+      const auto magnitude = hn::And(hn::PromoteTo(d16, hn::LoadU(d8, codes + column)), hn::Set(d16, uint16_t{0x7F}));
+      keys = hn::Max(keys, hn::Add(hn::SaturatedSub(magnitude, hn::Set(d16, uint16_t{8})), offset));
+    }
+  }
+  const uint32_t key = hn::GetLane(hn::MaxOfLanes(d16, keys));
+  const uint32_t biased_exponent = (key >> 3) - 6;
+  if (key <= 8u * largest_b || key >> 3 < 7 || biased_exponent > 254) return false;
+  amax = std::bit_cast<float>((key << 20) - (6u << 23));
+  return true;
+}
+
+// The same for FP4 blocks (16 bytes, two E2M1 codes each): key = (|code| - 2, at least 0)
+// + 2 * b; a normal code (|code| = e << 1 | mant, e >= 1: 1, 1.5, 2, 3, 4, 6) has key
+// 2 (e - 1 + b) + mant, |code| 1 (0.5) its block's key of |code| 2. The amax: (1 + mant /
+// 2) * 2^(K / 2 - 127), fp32 bits K << 22.
+HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t blocks, uint8_t largest_b, float& amax) {
+  const hn::CappedTag<uint16_t, kSourceBlock / 2> d16;
+  const hn::Rebind<uint8_t, decltype(d16)> d8;
+  const size_t n = hn::Lanes(d16);
+  auto keys = hn::Zero(d16);
+  for (size_t block = 0; block < blocks; ++block) {
+    const auto offset = hn::Set(d16, uint16_t(2 * scales[block]));
+    for (size_t byte = block * kSourceBlock / 2; byte < (block + 1) * kSourceBlock / 2; byte += n) {
+      const auto pair = hn::PromoteTo(d16, hn::LoadU(d8, packed + byte));
+      const auto magnitude = hn::Max(hn::And(pair, hn::Set(d16, uint16_t{7})), hn::And(hn::ShiftRight<4>(pair), hn::Set(d16, uint16_t{7})));
+      keys = hn::Max(keys, hn::Add(hn::SaturatedSub(magnitude, hn::Set(d16, uint16_t{2})), offset));
+    }
+  }
+  const uint32_t key = hn::GetLane(hn::MaxOfLanes(d16, keys));
+  const uint32_t biased_exponent = key >> 1;
+  if (key <= 2u * largest_b || biased_exponent < 1 || biased_exponent > 254) return false;
+  amax = std::bit_cast<float>(key << 22);
+  return true;
+}
+
+// Quantizes columns [0, cols) (a multiple of kSourceBlock) of a fused row: decode(column,
+// unit) returns the n values x' at column, given unit = 2^(b - 127 - k + shift) of the
+// column's block in every lane. `shift`: what the decode leaves out of the value (8 for the
+// fp16 decode, which yields the value times 2^-8).
+template <class Decode>
+HWY_INLINE void QuantizeFusedRow(const Decode& decode, const uint8_t* scales, size_t cols, int shift, const RowScale& row,
+                                 int8_t* codes, LaneSums& lanes) {
+  const DF df;
+  const D8 d8;
+  const size_t n = hn::Lanes(df);
+  const QuotientTable table(row.m);
+  const VF bias = hn::Set(df, kRoundingBias), m = hn::Set(df, row.m);
+  uint8_t* bytes = reinterpret_cast<uint8_t*>(codes);
+  HWY_ALIGN float units[kFusedBlocks];
+  for (size_t chunk = 0; chunk < cols; chunk += kTileCols) {
+    const size_t chunk_end = std::min(cols, chunk + kTileCols);
+    for (size_t block = chunk / kSourceBlock; block < chunk_end / kSourceBlock; ++block)
+      units[block % kFusedBlocks] = std::bit_cast<float>(uint32_t(int(scales[block]) + shift - row.k) << 23);
+    for (size_t first = chunk; first < chunk_end; first += kSumBlock) {
+      const size_t end = std::min(chunk_end, first + kSumBlock);
+      BlockLanes block_lanes;
+      for (size_t group = 0; group < kSumLanes; group += n) {
+        VF source_sq = hn::Zero(df), error_sq = hn::Zero(df);
+        for (size_t column = first + group; column < end; column += kSumLanes) {
+          const VF x = decode(column, hn::Set(df, units[column / kSourceBlock % kFusedBlocks]));
+          const VF rounded = hn::Add(table.Quotient(x), bias);
+          hn::StoreU(hn::TruncateTo(d8, hn::BitCast(DU(), rounded)), d8, bytes + column);
+          const VF error = hn::Sub(hn::Mul(hn::Sub(rounded, bias), m), x);
+          source_sq = hn::MulAdd(x, x, source_sq);
+          error_sq = hn::MulAdd(error, error, error_sq);
+        }
+        hn::Store(source_sq, df, block_lanes.source_sq + group);
+        hn::Store(error_sq, df, block_lanes.error_sq + group);
+      }
+      AddBlock(block_lanes, lanes);
+    }
+  }
+}
+
+// The smallest and largest scale byte of `blocks`.
+HWY_INLINE void ScaleRange(const uint8_t* scales, size_t blocks, uint8_t& smallest, uint8_t& largest) {
+  smallest = 255;
+  largest = 0;
+  for (size_t block = 0; block < blocks; ++block) {
+    smallest = std::min(smallest, scales[block]);
+    largest = std::max(largest, scales[block]);
+  }
+}
+
+// A fused row where the checks above hold (`smallest_x`: the least b whose smallest
+// non-zero code times 2^(b - 127) is normal, 10 for E4M3's 2^-9, 2 for E2M1's 0.5): its
+// scale, else NaN (the row takes the tile path).
+template <class KeyAmax, class Decode>
+HWY_INLINE float FusedRow(const KeyAmax& key_amax, const Decode& decode, const uint8_t* scales, int cols, int smallest_x,
+                          int shift, int8_t* out, Int8RowSums* sums) {
+  if (cols <= 0 || cols % kSourceBlock != 0 || kSumLanes % hn::Lanes(DF()) != 0 || hn::Lanes(DF()) < 8) return NAN;
+  const size_t blocks = size_t(cols) / kSourceBlock;
+  uint8_t smallest, largest;
+  ScaleRange(scales, blocks, smallest, largest);
+  float amax = 0.0f;
+  if (smallest < smallest_x || !key_amax(blocks, largest, amax)) return NAN;
+  const RowScale row(ScaleOf(amax));
+  if (!VectorScale(row.scale) || smallest - row.k < smallest_x || largest + shift - row.k > 254) return NAN;
+  LaneSums lanes;
+  QuantizeFusedRow(decode, scales, size_t(cols), shift, row, out, lanes);
+  if (sums) *sums = FoldLanes(lanes, row, false);
+  return row.scale;
+}
+#endif
+
 float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out, Int8RowSums* sums) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
+  {
+    const auto key_amax = [=](size_t blocks, uint8_t largest, float& amax) {
+      return Fp8KeyAmax(codes, scales, blocks, largest, amax);
+    };
+    const auto decode = [=](size_t column, VF unit) { return DecodeFp8ViaFp16(codes + column, unit); };
+    const float scale = FusedRow(key_amax, decode, scales, cols, 10, 8, out, sums);
+    if (!std::isnan(scale)) return scale;
+  }
+#endif
   const auto element = [=](size_t column, float scale) { return e4m3_to_float(codes[column]) * scale; };
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   uint8_t largest_scale = 0;
@@ -398,6 +542,16 @@ float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int co
 
 float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int cols, int8_t* out,
                              Int8RowSums* sums) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
+  {
+    const auto key_amax = [=](size_t blocks, uint8_t largest, float& amax) {
+      return Fp4KeyAmax(packed, scales, blocks, largest, amax);
+    };
+    const auto decode = [=](size_t column, VF unit) { return DecodeFp4(packed + column / 2, unit); };
+    const float scale = FusedRow(key_amax, decode, scales, cols, 2, 0, out, sums);
+    if (!std::isnan(scale)) return scale;
+  }
+#endif
   const auto element = [=](size_t column, float scale) {
     const uint8_t byte = packed[column / 2];
     return e2m1_to_float(column % 2 == 0 ? byte & 0xF : byte >> 4) * scale;
