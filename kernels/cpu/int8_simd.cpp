@@ -138,9 +138,17 @@ struct QuotientTable {
     const DF df;
     const DU du;
     const auto bits = hn::BitCast(du, x);
-    const auto index = hn::And(hn::ShiftRight<20>(bits), hn::Set(du, uint32_t(hn::Lanes(df) - 1)));
     const VF power = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xFF800000u)));
+#if HWY_TARGET <= HWY_AVX3
+    // vpermps reads the index's low 4 bits only (exponent bit 0 and the top 3 fraction bits).
+    return hn::Mul(VF{_mm512_permutexvar_ps(hn::ShiftRight<20>(bits).raw, table.raw)}, power);
+#elif HWY_TARGET <= HWY_AVX2
+    // vpermps reads the index's low 3 bits only (the top 3 fraction bits).
+    return hn::Mul(VF{_mm256_permutevar8x32_ps(table.raw, hn::ShiftRight<20>(bits).raw)}, power);
+#else
+    const auto index = hn::And(hn::ShiftRight<20>(bits), hn::Set(du, uint32_t(hn::Lanes(df) - 1)));
     return hn::Mul(hn::TableLookupLanes(table, hn::IndicesFromVec(df, hn::BitCast(DI(), index))), power);
+#endif
   }
 };
 
@@ -240,8 +248,10 @@ HWY_INLINE VF DecodeFp4(const uint8_t* packed, VF scale) {
 // (the same real number): `scale` is e8m0_to_float(byte + 8), so byte <= kLargestFp16Scale.
 HWY_INLINE VF DecodeFp8ViaFp16(const uint8_t* codes, VF scale) {
   const hn::Rebind<int16_t, DF> d16;
-  const auto high = hn::ShiftLeft<8>(hn::PromoteTo(d16, hn::LoadU(D8(), codes)));      // code in bits 15..8
-  const auto bits = hn::And(hn::ShiftRight<1>(high), hn::Set(d16, int16_t(0xBFFF))); // sign stays, bit 14 cleared
+  // Sign-extended, the code's sign is in bits 15..7; shifted by 7 it is in bits 15 and 14,
+  // eeee mmm in 13..7: bit 14 cleared leaves s 0eeee mmm0000000.
+  const auto wide = hn::PromoteTo(d16, hn::LoadU(hn::Rebind<int8_t, DF>(), reinterpret_cast<const int8_t*>(codes)));
+  const auto bits = hn::And(hn::ShiftLeft<7>(wide), hn::Set(d16, int16_t(0xBFFF)));
   return hn::Mul(hn::PromoteTo(DF(), hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), bits)), scale);
 }
 constexpr uint8_t kLargestFp16Scale = E8M0::max_code - 8; // 2^8 times a larger scale is past fp32
