@@ -14,6 +14,7 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/formats.h"
 #include "kernels/int8.h"
@@ -408,19 +409,73 @@ constexpr size_t kFusedBlocks = kTileCols / kSourceBlock; // blocks per stack ch
 // largest key K > 8 * (largest b) is a normal code's and the row's amax: (1 + mmm / 8) *
 // 2^(K / 8 - 133), whose fp32 bits are K << 20 - 6 << 23 (when that is a normal number).
 // Returns false where it cannot tell (the amax may be a subnormal code's, or not normal).
-HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t blocks, uint8_t largest_b, float& amax) {
+#if HWY_TARGET <= HWY_AVX3
+// The largest key of a row's blocks in bytes, as key - k0 * smallest b (k0 = 8 for FP8, 2
+// for FP4), where that fits a byte: a 64-byte vector holds `per` blocks (2 of FP8's 32
+// codes, 4 of FP4's 16 bytes); `magnitude` turns its bytes into each one's key without the
+// scale (at most 119 for FP8, 5 for FP4), and each block's k0 * (b - smallest) is spread
+// over its bytes from a broadcast of the vector's scale bytes (one byte shuffle). Blocks
+// past the whole vectors are left to `rest`. Returns false where a key would not fit.
+template <class Magnitude>
+HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, size_t per, uint32_t k0,
+                           uint32_t top, uint8_t smallest, uint8_t largest, const Magnitude& magnitude, uint32_t& key,
+                           size_t& done) {
+  const hn::Full512<uint8_t> d8;
+  const hn::Full512<uint32_t> d32;
+  if (top + k0 * uint32_t(largest - smallest) > 255) return false;
+  HWY_ALIGN static constexpr uint8_t kSpread[2][64] = {
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+       2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3}};
+  const auto spread = hn::Load(d8, kSpread[per == 4 ? 1 : 0]);
+  HWY_ALIGN uint8_t offsets[kFusedBlocks + 4] = {};
+  auto keys = hn::Zero(d8);
+  done = blocks / per * per;
+  for (size_t chunk = 0; chunk < done; chunk += kFusedBlocks) {
+    const size_t count = std::min(kFusedBlocks, done - chunk);
+    for (size_t b = 0; b < count; ++b) offsets[b] = uint8_t(k0 * uint32_t(scales[chunk + b] - smallest));
+    for (size_t b = 0; b < count; b += per) {
+      uint32_t four;
+      std::memcpy(&four, offsets + b, sizeof(four));
+      const auto offset = hn::TableLookupBytes(hn::BitCast(d8, hn::Set(d32, four)), spread);
+      keys = hn::Max(keys, hn::Add(magnitude(hn::LoadU(d8, bytes + (chunk + b) / per * 64)), offset));
+    }
+  }
+  HWY_ALIGN uint8_t lanes[64];
+  hn::Store(keys, d8, lanes);
+  uint32_t largest_key = 0;
+  for (uint8_t lane : lanes) largest_key = std::max(largest_key, uint32_t(lane));
+  key = std::max(key, largest_key + k0 * smallest);
+  return true;
+}
+#endif
+
+HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t blocks, uint8_t smallest_b,
+                           uint8_t largest_b, float& amax) {
   const hn::CappedTag<uint16_t, kSourceBlock> d16;
   const hn::Rebind<uint8_t, decltype(d16)> d8;
   const size_t n = hn::Lanes(d16);
   auto keys = hn::Zero(d16);
-  for (size_t block = 0; block < blocks; ++block) {
+  uint32_t byte_key = 0;
+  size_t first = 0;
+#if HWY_TARGET <= HWY_AVX3
+  const auto magnitude = [](hn::Vec<hn::Full512<uint8_t>> v) {
+    const hn::Full512<uint8_t> d;
+    return hn::SaturatedSub(hn::And(v, hn::Set(d, uint8_t{0x7F})), hn::Set(d, uint8_t{8}));
+  };
+  if (!MaxByteKey(codes, scales, blocks, 2, 8, 119, smallest_b, largest_b, magnitude, byte_key, first)) first = 0;
+#else
+  (void)smallest_b;
+#endif
+  for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(8 * scales[block]));
     for (size_t column = block * kSourceBlock; column < (block + 1) * kSourceBlock; column += n) {
       const auto magnitude = hn::And(hn::PromoteTo(d16, hn::LoadU(d8, codes + column)), hn::Set(d16, uint16_t{0x7F}));
       keys = hn::Max(keys, hn::Add(hn::SaturatedSub(magnitude, hn::Set(d16, uint16_t{8})), offset));
     }
   }
-  const uint32_t key = hn::GetLane(hn::MaxOfLanes(d16, keys));
+  const uint32_t key = std::max(byte_key, uint32_t(hn::GetLane(hn::MaxOfLanes(d16, keys))));
   const uint32_t biased_exponent = (key >> 3) - 6;
   if (key <= 8u * largest_b || key >> 3 < 7 || biased_exponent > 254) return false;
   amax = std::bit_cast<float>((key << 20) - (6u << 23));
@@ -431,12 +486,27 @@ HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t b
 // + 2 * b; a normal code (|code| = e << 1 | mant, e >= 1: 1, 1.5, 2, 3, 4, 6) has key
 // 2 (e - 1 + b) + mant, |code| 1 (0.5) its block's key of |code| 2. The amax: (1 + mant /
 // 2) * 2^(K / 2 - 127), fp32 bits K << 22.
-HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t blocks, uint8_t largest_b, float& amax) {
+HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t blocks, uint8_t smallest_b,
+                           uint8_t largest_b, float& amax) {
   const hn::CappedTag<uint16_t, kSourceBlock / 2> d16;
   const hn::Rebind<uint8_t, decltype(d16)> d8;
   const size_t n = hn::Lanes(d16);
   auto keys = hn::Zero(d16);
-  for (size_t block = 0; block < blocks; ++block) {
+  uint32_t byte_key = 0;
+  size_t first = 0;
+#if HWY_TARGET <= HWY_AVX3
+  const auto magnitude = [](hn::Vec<hn::Full512<uint8_t>> v) {
+    const hn::Full512<uint8_t> d;
+    const hn::Full512<uint16_t> dw;
+    const auto low = hn::And(v, hn::Set(d, uint8_t{7}));
+    const auto high = hn::And(hn::BitCast(d, hn::ShiftRight<4>(hn::BitCast(dw, v))), hn::Set(d, uint8_t{7}));
+    return hn::SaturatedSub(hn::Max(low, high), hn::Set(d, uint8_t{2}));
+  };
+  if (!MaxByteKey(packed, scales, blocks, 4, 2, 5, smallest_b, largest_b, magnitude, byte_key, first)) first = 0;
+#else
+  (void)smallest_b;
+#endif
+  for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(2 * scales[block]));
     for (size_t byte = block * kSourceBlock / 2; byte < (block + 1) * kSourceBlock / 2; byte += n) {
       const auto pair = hn::PromoteTo(d16, hn::LoadU(d8, packed + byte));
@@ -444,7 +514,7 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
       keys = hn::Max(keys, hn::Add(hn::SaturatedSub(magnitude, hn::Set(d16, uint16_t{2})), offset));
     }
   }
-  const uint32_t key = hn::GetLane(hn::MaxOfLanes(d16, keys));
+  const uint32_t key = std::max(byte_key, uint32_t(hn::GetLane(hn::MaxOfLanes(d16, keys))));
   const uint32_t biased_exponent = key >> 1;
   if (key <= 2u * largest_b || biased_exponent < 1 || biased_exponent > 254) return false;
   amax = std::bit_cast<float>(key << 22);
@@ -511,7 +581,7 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, const Decode& decode, const u
   uint8_t smallest, largest;
   ScaleRange(scales, blocks, smallest, largest);
   float amax = 0.0f;
-  if (smallest < smallest_x || !key_amax(blocks, largest, amax)) return NAN;
+  if (smallest < smallest_x || !key_amax(blocks, smallest, largest, amax)) return NAN;
   const RowScale row(ScaleOf(amax));
   if (!VectorScale(row.scale) || smallest - row.k < smallest_x || largest + shift - row.k > 254) return NAN;
   LaneSums lanes;
@@ -524,8 +594,8 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, const Decode& decode, const u
 float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out, Int8RowSums* sums) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
   {
-    const auto key_amax = [=](size_t blocks, uint8_t largest, float& amax) {
-      return Fp8KeyAmax(codes, scales, blocks, largest, amax);
+    const auto key_amax = [=](size_t blocks, uint8_t smallest, uint8_t largest, float& amax) {
+      return Fp8KeyAmax(codes, scales, blocks, smallest, largest, amax);
     };
     const auto decode = [=](size_t column, VF unit) { return DecodeFp8ViaFp16(codes + column, unit); };
     const float scale = FusedRow(key_amax, decode, scales, cols, 10, 8, out, sums);
@@ -554,8 +624,8 @@ float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int c
                              Int8RowSums* sums) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
   {
-    const auto key_amax = [=](size_t blocks, uint8_t largest, float& amax) {
-      return Fp4KeyAmax(packed, scales, blocks, largest, amax);
+    const auto key_amax = [=](size_t blocks, uint8_t smallest, uint8_t largest, float& amax) {
+      return Fp4KeyAmax(packed, scales, blocks, smallest, largest, amax);
     };
     const auto decode = [=](size_t column, VF unit) { return DecodeFp4(packed + column / 2, unit); };
     const float scale = FusedRow(key_amax, decode, scales, cols, 2, 0, out, sums);
