@@ -22,6 +22,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/int8_simd.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -525,9 +526,12 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
 // unit) returns the n values x' at column, given unit = 2^(b - 127 - k + shift) of the
 // column's block in every lane. `shift`: what the decode leaves out of the value (8 for the
 // fp16 decode, which yields the value times 2^-8).
+// The same span of bytes after the row's `source_bytes` (the next row, in a tensor) is
+// prefetched a sum block's share at a time: the next row's amax pass then finds it in cache
+// rather than waiting for memory (a prefetch past the end of a buffer is harmless).
 template <class Decode>
-HWY_INLINE void QuantizeFusedRow(const Decode& decode, const uint8_t* scales, size_t cols, int shift, const RowScale& row,
-                                 int8_t* codes, LaneSums& lanes) {
+HWY_INLINE void QuantizeFusedRow(const Decode& decode, const uint8_t* source, size_t source_bytes, const uint8_t* scales,
+                                 size_t cols, int shift, const RowScale& row, int8_t* codes, LaneSums& lanes) {
   const DF df;
   const D8 d8;
   const size_t n = hn::Lanes(df);
@@ -541,6 +545,8 @@ HWY_INLINE void QuantizeFusedRow(const Decode& decode, const uint8_t* scales, si
       units[block % kFusedBlocks] = std::bit_cast<float>(uint32_t(int(scales[block]) + shift - row.k) << 23);
     for (size_t first = chunk; first < chunk_end; first += kSumBlock) {
       const size_t end = std::min(chunk_end, first + kSumBlock);
+      for (size_t line = first * source_bytes / cols; line < end * source_bytes / cols; line += 64)
+        hwy::Prefetch(source + source_bytes + line);
       BlockLanes block_lanes;
       for (size_t group = 0; group < kSumLanes; group += n) {
         VF source_sq = hn::Zero(df), error_sq = hn::Zero(df);
@@ -573,9 +579,10 @@ HWY_INLINE void ScaleRange(const uint8_t* scales, size_t blocks, uint8_t& smalle
 // A fused row where the checks above hold (`smallest_x`: the least b whose smallest
 // non-zero code times 2^(b - 127) is normal, 10 for E4M3's 2^-9, 2 for E2M1's 0.5): its
 // scale, else NaN (the row takes the tile path).
+// `source`, `source_bytes`: the row's codes (for QuantizeFusedRow's prefetch).
 template <class KeyAmax, class Decode>
-HWY_INLINE float FusedRow(const KeyAmax& key_amax, const Decode& decode, const uint8_t* scales, int cols, int smallest_x,
-                          int shift, int8_t* out, Int8RowSums* sums) {
+HWY_INLINE float FusedRow(const KeyAmax& key_amax, const Decode& decode, const uint8_t* source, size_t source_bytes,
+                          const uint8_t* scales, int cols, int smallest_x, int shift, int8_t* out, Int8RowSums* sums) {
   if (cols <= 0 || cols % kSourceBlock != 0 || kSumLanes % hn::Lanes(DF()) != 0 || hn::Lanes(DF()) < 8) return NAN;
   const size_t blocks = size_t(cols) / kSourceBlock;
   uint8_t smallest, largest;
@@ -585,7 +592,7 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, const Decode& decode, const u
   const RowScale row(ScaleOf(amax));
   if (!VectorScale(row.scale) || smallest - row.k < smallest_x || largest + shift - row.k > 254) return NAN;
   LaneSums lanes;
-  QuantizeFusedRow(decode, scales, size_t(cols), shift, row, out, lanes);
+  QuantizeFusedRow(decode, source, source_bytes, scales, size_t(cols), shift, row, out, lanes);
   if (sums) *sums = FoldLanes(lanes, row, false);
   return row.scale;
 }
@@ -598,7 +605,7 @@ float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int co
       return Fp8KeyAmax(codes, scales, blocks, smallest, largest, amax);
     };
     const auto decode = [=](size_t column, VF unit) { return DecodeFp8ViaFp16(codes + column, unit); };
-    const float scale = FusedRow(key_amax, decode, scales, cols, 10, 8, out, sums);
+    const float scale = FusedRow(key_amax, decode, codes, size_t(std::max(cols, 0)), scales, cols, 10, 8, out, sums);
     if (!std::isnan(scale)) return scale;
   }
 #endif
@@ -628,7 +635,7 @@ float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int c
       return Fp4KeyAmax(packed, scales, blocks, smallest, largest, amax);
     };
     const auto decode = [=](size_t column, VF unit) { return DecodeFp4(packed + column / 2, unit); };
-    const float scale = FusedRow(key_amax, decode, scales, cols, 2, 0, out, sums);
+    const float scale = FusedRow(key_amax, decode, packed, size_t(std::max(cols, 0)) / 2, scales, cols, 2, 0, out, sums);
     if (!std::isnan(scale)) return scale;
   }
 #endif
