@@ -224,15 +224,19 @@ HWY_INLINE VF DecodeFp4(const uint8_t* packed, VF scale) {
   const DU du;
   const hn::Rebind<uint16_t, DH> d16;
   const auto bytes = hn::PromoteTo(d16, hn::LoadU(hn::Rebind<uint8_t, DH>(), packed));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // byte | byte << 4: the high byte of each u16 is the high nibble, the low byte's low 4
+  // bits the low nibble (its high bits hold a copy of it, which vpermps does not read):
+  // nibbles in column order, each indexing the 16 E2M1 values in one permute.
+  const auto split = hn::Or(bytes, hn::ShiftLeft<4>(bytes));
+  const auto index = hn::PromoteTo(du, hn::BitCast(D8(), split));
+  const VF value{_mm512_permutexvar_ps(index.raw, hn::LoadU(df, E2M1::values.data()).raw)};
+#else
   // Each byte's low nibble into the low byte of its u16, the high one into the high byte:
   // nibbles in column order.
   const auto split = hn::Or(hn::And(bytes, hn::Set(d16, uint16_t{0x0F})),
                             hn::ShiftLeft<4>(hn::And(bytes, hn::Set(d16, uint16_t{0xF0}))));
   const auto nibble = hn::PromoteTo(du, hn::BitCast(D8(), split));
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  // 16 lanes: the nibbles index the E2M1 table in one permute.
-  const VF value = hn::TableLookupLanes(hn::LoadU(df, E2M1::values.data()), hn::IndicesFromVec(df, hn::BitCast(DI(), nibble)));
-#else
   const auto magnitude = hn::And(nibble, hn::Set(du, 7u));
   // 0 and 0.5 below code 2; from there the fp32 fields (code + 252) << 22: 1, 1.5, 2, 3, 4, 6.
   const VF small = hn::Mul(hn::ConvertTo(df, hn::BitCast(DI(), magnitude)), hn::Set(df, 0.5f));
@@ -403,20 +407,14 @@ HWY_INLINE auto SourceDecoder(const uint8_t* scales, int vector_scale_shift, con
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
 constexpr size_t kFusedBlocks = kTileCols / kSourceBlock; // blocks per stack chunk of scales
 
-// The amax of a row of FP8 blocks by a 16-bit key per code: key = (|code| - 8, at least 0)
-// + 8 * b. For a normal code (|code| = e << 3 | mmm, e >= 1) that is 8 (e - 1 + b) + mmm:
-// the value's exponent, then its mantissa, so keys order values exactly across blocks; a
-// subnormal code (|code| < 8) gets its block's key of |code| 8, above its value. So a
-// largest key K > 8 * (largest b) is a normal code's and the row's amax: (1 + mmm / 8) *
-// 2^(K / 8 - 133), whose fp32 bits are K << 20 - 6 << 23 (when that is a normal number).
-// Returns false where it cannot tell (the amax may be a subnormal code's, or not normal).
 #if HWY_TARGET <= HWY_AVX3
 // The largest key of a row's blocks in bytes, as key - k0 * smallest b (k0 = 8 for FP8, 2
 // for FP4), where that fits a byte: a 64-byte vector holds `per` blocks (2 of FP8's 32
 // codes, 4 of FP4's 16 bytes); `magnitude` turns its bytes into each one's key without the
 // scale (at most 119 for FP8, 5 for FP4), and each block's k0 * (b - smallest) is spread
-// over its bytes from a broadcast of the vector's scale bytes (one byte shuffle). Blocks
-// past the whole vectors are left to `rest`. Returns false where a key would not fit.
+// over its bytes from a broadcast of the vector's scale bytes (one byte shuffle). Folds
+// the largest key into `key`; `done`: the blocks covered (whole vectors; the caller takes
+// the rest). Returns false where a key would not fit in a byte.
 template <class Magnitude>
 HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, size_t per, uint32_t k0,
                            uint32_t top, uint8_t smallest, uint8_t largest, const Magnitude& magnitude, uint32_t& key,
@@ -452,6 +450,13 @@ HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t b
 }
 #endif
 
+// The amax of a row of FP8 blocks by a 16-bit key per code: key = (|code| - 8, at least 0)
+// + 8 * b. For a normal code (|code| = e << 3 | mmm, e >= 1) that is 8 (e - 1 + b) + mmm:
+// the value's exponent, then its mantissa, so keys order values exactly across blocks; a
+// subnormal code (|code| < 8) gets its block's key of |code| 8, above its value. So a
+// largest key K > 8 * (largest b) is a normal code's and the row's amax: (1 + mmm / 8) *
+// 2^(K / 8 - 133), whose fp32 bits are K << 20 - 6 << 23 (when that is a normal number).
+// Returns false where it cannot tell (the amax may be a subnormal code's, or not normal).
 HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t blocks, uint8_t smallest_b,
                            uint8_t largest_b, float& amax) {
   const hn::CappedTag<uint16_t, kSourceBlock> d16;
