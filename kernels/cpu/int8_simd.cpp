@@ -261,6 +261,17 @@ HWY_INLINE VF DecodeFp8ViaFp16(const uint8_t* codes, VF scale) {
   return hn::Mul(hn::PromoteTo(DF(), hn::BitCast(hn::Rebind<hwy::float16_t, DF>(), bits)), scale);
 }
 constexpr uint8_t kLargestFp16Scale = E8M0::max_code - 8; // 2^8 times a larger scale is past fp32
+#if HWY_TARGET <= HWY_AVX3
+// DecodeFp8ViaFp16 of a whole block of 32 codes, widened to 16 bits in one vector.
+HWY_INLINE void DecodeFp8BlockViaFp16(const uint8_t* codes, VF scale, VF& low, VF& high) {
+  const hn::Full512<int16_t> d16;
+  const hn::Full256<hwy::float16_t> dh;
+  const auto wide = hn::PromoteTo(d16, hn::LoadU(hn::Full256<int8_t>(), reinterpret_cast<const int8_t*>(codes)));
+  const auto bits = hn::BitCast(hn::Full512<hwy::float16_t>(), hn::And(hn::ShiftLeft<7>(wide), hn::Set(d16, int16_t(0xBFFF))));
+  low = hn::Mul(hn::PromoteTo(DF(), hn::LowerHalf(dh, bits)), scale);
+  high = hn::Mul(hn::PromoteTo(DF(), hn::UpperHalf(dh, bits)), scale);
+}
+#endif
 #endif
 #endif
 
@@ -534,8 +545,10 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
 // The same span of bytes after the row's `source_bytes` (the next row, in a tensor) is
 // prefetched a sum block's share at a time: the next row's amax pass then finds it in cache
 // rather than waiting for memory (a prefetch past the end of a buffer is harmless).
-template <class Decode>
-HWY_INLINE void QuantizeFusedRow(const Decode& decode, const uint8_t* source, size_t source_bytes, const uint8_t* scales,
+// decode_block(column, unit, low, high): the block's two vectors at once, where a vector is
+// half a block (AVX-512).
+template <class Decode, class DecodeBlock>
+HWY_INLINE void QuantizeFusedRow(const Decode& decode, const DecodeBlock& decode_block, const uint8_t* source, size_t source_bytes, const uint8_t* scales,
                                  size_t cols, int shift, const RowScale& row, int8_t* codes, LaneSums& lanes) {
   const DF df;
   const D8 d8;
@@ -555,13 +568,23 @@ HWY_INLINE void QuantizeFusedRow(const Decode& decode, const uint8_t* source, si
       BlockLanes block_lanes;
       for (size_t group = 0; group < kSumLanes; group += n) {
         VF source_sq = hn::Zero(df), error_sq = hn::Zero(df);
-        for (size_t column = first + group; column < end; column += kSumLanes) {
-          const VF x = decode(column, hn::Set(df, units[column / kSourceBlock % kFusedBlocks]));
+        const auto quantize = [&](VF x, size_t column) {
           const VF rounded = hn::Add(table.Quotient(x), bias);
           hn::StoreU(hn::TruncateTo(d8, hn::BitCast(DU(), rounded)), d8, bytes + column);
           const VF error = hn::Sub(hn::Mul(hn::Sub(rounded, bias), m), x);
           source_sq = hn::MulAdd(x, x, source_sq);
           error_sq = hn::MulAdd(error, error, error_sq);
+        };
+        if (2 * n == kSourceBlock) { // one lane group: a block's two vectors decoded together
+          for (size_t column = first; column < end; column += kSourceBlock) {
+            VF low, high;
+            decode_block(column, hn::Set(df, units[column / kSourceBlock % kFusedBlocks]), low, high);
+            quantize(low, column);
+            quantize(high, column + n);
+          }
+        } else {
+          for (size_t column = first + group; column < end; column += kSumLanes)
+            quantize(decode(column, hn::Set(df, units[column / kSourceBlock % kFusedBlocks])), column);
         }
         hn::Store(source_sq, df, block_lanes.source_sq + group);
         hn::Store(error_sq, df, block_lanes.error_sq + group);
@@ -585,8 +608,8 @@ HWY_INLINE void ScaleRange(const uint8_t* scales, size_t blocks, uint8_t& smalle
 // non-zero code times 2^(b - 127) is normal, 10 for E4M3's 2^-9, 2 for E2M1's 0.5): its
 // scale, else NaN (the row takes the tile path).
 // `source`, `source_bytes`: the row's codes (for QuantizeFusedRow's prefetch).
-template <class KeyAmax, class Decode>
-HWY_INLINE float FusedRow(const KeyAmax& key_amax, const Decode& decode, const uint8_t* source, size_t source_bytes,
+template <class KeyAmax, class Decode, class DecodeBlock>
+HWY_INLINE float FusedRow(const KeyAmax& key_amax, const Decode& decode, const DecodeBlock& decode_block, const uint8_t* source, size_t source_bytes,
                           const uint8_t* scales, int cols, int smallest_x, int shift, int8_t* out, Int8RowSums* sums) {
   if (cols <= 0 || cols % kSourceBlock != 0 || kSumLanes % hn::Lanes(DF()) != 0 || hn::Lanes(DF()) < 8) return NAN;
   const size_t blocks = size_t(cols) / kSourceBlock;
@@ -597,7 +620,7 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, const Decode& decode, const u
   const RowScale row(ScaleOf(amax));
   if (!VectorScale(row.scale) || smallest - row.k < smallest_x || largest + shift - row.k > 254) return NAN;
   LaneSums lanes;
-  QuantizeFusedRow(decode, source, source_bytes, scales, size_t(cols), shift, row, out, lanes);
+  QuantizeFusedRow(decode, decode_block, source, source_bytes, scales, size_t(cols), shift, row, out, lanes);
   if (sums) *sums = FoldLanes(lanes, row, false);
   return row.scale;
 }
@@ -610,7 +633,15 @@ float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int co
       return Fp8KeyAmax(codes, scales, blocks, smallest, largest, amax);
     };
     const auto decode = [=](size_t column, VF unit) { return DecodeFp8ViaFp16(codes + column, unit); };
-    const float scale = FusedRow(key_amax, decode, codes, size_t(std::max(cols, 0)), scales, cols, 10, 8, out, sums);
+    const auto decode_block = [=](size_t column, VF unit, VF& low, VF& high) {
+#if HWY_TARGET <= HWY_AVX3
+      DecodeFp8BlockViaFp16(codes + column, unit, low, high);
+#else
+      low = DecodeFp8ViaFp16(codes + column, unit);
+      high = DecodeFp8ViaFp16(codes + column + hn::Lanes(DF()), unit);
+#endif
+    };
+    const float scale = FusedRow(key_amax, decode, decode_block, codes, size_t(std::max(cols, 0)), scales, cols, 10, 8, out, sums);
     if (!std::isnan(scale)) return scale;
   }
 #endif
@@ -640,7 +671,11 @@ float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int c
       return Fp4KeyAmax(packed, scales, blocks, smallest, largest, amax);
     };
     const auto decode = [=](size_t column, VF unit) { return DecodeFp4(packed + column / 2, unit); };
-    const float scale = FusedRow(key_amax, decode, packed, size_t(std::max(cols, 0)) / 2, scales, cols, 2, 0, out, sums);
+    const auto decode_block = [=](size_t column, VF unit, VF& low, VF& high) {
+      low = DecodeFp4(packed + column / 2, unit);
+      high = DecodeFp4(packed + (column + hn::Lanes(DF())) / 2, unit);
+    };
+    const float scale = FusedRow(key_amax, decode, decode_block, packed, size_t(std::max(cols, 0)) / 2, scales, cols, 2, 0, out, sums);
     if (!std::isnan(scale)) return scale;
   }
 #endif
