@@ -555,6 +555,9 @@ HWY_INLINE void QuantizeFusedRow(const Decode& decode, const DecodeBlock& decode
   const size_t n = hn::Lanes(df);
   const QuotientTable table(row.m);
   const VF bias = hn::Set(df, kRoundingBias), m = hn::Set(df, row.m);
+  const DH dh;
+  const hn::Repartition<double, DF> dd;
+  auto source_low = hn::Zero(dd), source_high = hn::Zero(dd), error_low = hn::Zero(dd), error_high = hn::Zero(dd);
   uint8_t* bytes = reinterpret_cast<uint8_t*>(codes);
   HWY_ALIGN float units[kFusedBlocks];
   for (size_t chunk = 0; chunk < cols; chunk += kTileCols) {
@@ -582,6 +585,12 @@ HWY_INLINE void QuantizeFusedRow(const Decode& decode, const DecodeBlock& decode
             quantize(low, column);
             quantize(high, column + n);
           }
+          // The fp64 lanes stay in registers (AddBlock's widening, without the memory trip).
+          source_low = hn::Add(source_low, hn::PromoteTo(dd, hn::LowerHalf(dh, source_sq)));
+          source_high = hn::Add(source_high, hn::PromoteTo(dd, hn::UpperHalf(dh, source_sq)));
+          error_low = hn::Add(error_low, hn::PromoteTo(dd, hn::LowerHalf(dh, error_sq)));
+          error_high = hn::Add(error_high, hn::PromoteTo(dd, hn::UpperHalf(dh, error_sq)));
+          continue;
         } else {
           for (size_t column = first + group; column < end; column += kSumLanes)
             quantize(decode(column, hn::Set(df, units[column / kSourceBlock % kFusedBlocks])), column);
@@ -589,8 +598,14 @@ HWY_INLINE void QuantizeFusedRow(const Decode& decode, const DecodeBlock& decode
         hn::Store(source_sq, df, block_lanes.source_sq + group);
         hn::Store(error_sq, df, block_lanes.error_sq + group);
       }
-      AddBlock(block_lanes, lanes);
+      if (2 * n != kSourceBlock) AddBlock(block_lanes, lanes);
     }
+  }
+  if (2 * n == kSourceBlock) {
+    hn::Store(hn::Add(hn::Load(dd, lanes.source_sq), source_low), dd, lanes.source_sq);
+    hn::Store(hn::Add(hn::Load(dd, lanes.source_sq + n / 2), source_high), dd, lanes.source_sq + n / 2);
+    hn::Store(hn::Add(hn::Load(dd, lanes.error_sq), error_low), dd, lanes.error_sq);
+    hn::Store(hn::Add(hn::Load(dd, lanes.error_sq + n / 2), error_high), dd, lanes.error_sq + n / 2);
   }
 }
 
