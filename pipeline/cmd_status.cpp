@@ -8,6 +8,8 @@
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/commands.h"
+#include "pipeline/io/config.h"
+#include "pipeline/work.h"
 
 namespace shardq {
 namespace {
@@ -120,6 +122,21 @@ void print_rates(const CheckpointState& s, const ChunkProgress& total) {
     fmt::print("eta: unknown ({} rows left, no rate yet)\n", remaining);
 }
 
+// The running (or last) run's ranks, from the figures rank 0 writes beside the checkpoint.
+void print_ranks(const std::string& checkpoint) {
+  const auto path = rank_figures_path(checkpoint);
+  if (!std::filesystem::exists(path)) return;
+  const auto figures = io::read_json_object(path);
+  const double seconds = figures.value("run_seconds", 0.0);
+  fmt::print("ranks (this run, {}):\n", duration(seconds));
+  for (const auto& rank : figures.at("ranks")) {
+    const auto rows = rank.at("rows").get<uint64_t>();
+    fmt::print("  rank {:>3}  {:<16}  {:>3} threads  {} rows  {:.0f} rows/s\n", rank.at("rank").get<int>(),
+               rank.at("host").get<std::string>(), rank.at("threads").get<int>(), rows,
+               seconds > 0 ? double(rows) / seconds : 0.0);
+  }
+}
+
 void print_finished(const CheckpointState& s) {
   std::string steps;
   for (const auto& step : s.finished) steps += (steps.empty() ? "" : ", ") + step;
@@ -135,6 +152,7 @@ int cmd_status(const StatusArgs& args) {
   print_stages(loaded->state);
   const ChunkProgress total = print_chunks(loaded->state);
   print_rates(loaded->state, total);
+  print_ranks(args.checkpoint);
   print_finished(loaded->state);
   std::fflush(stdout);
   return kExitOk;

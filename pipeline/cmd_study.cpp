@@ -14,8 +14,8 @@
 #include "pipeline/commands.h"
 #include "pipeline/io/config.h"
 #include "pipeline/pipeline_error.h"
-#include "pipeline/fixture_content.h"
 #include "pipeline/plan.h"
+#include "pipeline/splitmix64.h"
 #include "stages/engram_layout.h"
 #include "stages/amax.h"
 #include "stages/factors.h"
@@ -25,9 +25,6 @@ namespace shardq {
 namespace {
 
 constexpr uint64_t kAmaxRows = 65536;
-
-// splitmix64: its golden-ratio step, then the fixture's finalizer.
-uint64_t splitmix64(uint64_t x) { return fixture::mix64(x + 0x9E3779B97F4A7C15ull); }
 
 std::vector<std::string> split_methods(const std::string& text) {
   std::vector<std::string> methods;

@@ -255,11 +255,10 @@ float read_f32_scalar(const io::Reader& reader, const std::string& name) {
   return value;
 }
 
-// A transcoded expert: every element bit-exact against the source.
-void verify_transcode(const Plan& plan, const Task& task, Audit& audit) {
+// A task whose two inputs (codes, scales) and two outputs have its rows, kVerifyRows at a
+// time: check(first, rows, source codes, source scales, output codes, output scales).
+template <class CheckRows> void for_each_row_batch(const Plan& plan, const Task& task, CheckRows check) {
   const io::Reader source(plan.src / plan.shards[task.shard].file), output(plan.dst / plan.shards[task.shard].file);
-  const float weight_scale_2 = read_f32_scalar(output, task.name + ".weight_scale_2");
-  VerifyCounts counts;
   std::vector<uint8_t> source_codes, source_scales, codes, scales;
   for (uint64_t first = 0; first < task.rows; first += kVerifyRows) {
     const uint64_t rows = std::min(kVerifyRows, task.rows - first);
@@ -267,27 +266,32 @@ void verify_transcode(const Plan& plan, const Task& task, Audit& audit) {
     read_tensor_rows(source, task.inputs[1], first, rows, source_scales);
     read_tensor_rows(output, task.outputs[0].name, first, rows, codes);
     read_tensor_rows(output, task.outputs[1].name, first, rows, scales);
+    check(first, rows, source_codes, source_scales, codes, scales);
+  }
+}
+
+// A transcoded expert: every element bit-exact against the source.
+void verify_transcode(const Plan& plan, const Task& task, Audit& audit) {
+  const float weight_scale_2 =
+      read_f32_scalar(io::Reader(plan.dst / plan.shards[task.shard].file), task.name + ".weight_scale_2");
+  VerifyCounts counts;
+  for_each_row_batch(plan, task, [&](uint64_t first, uint64_t rows, const auto& source_codes, const auto& source_scales,
+                                     const auto& codes, const auto& scales) {
     verify_transcode_rows(source_codes.data(), source_scales.data(), codes.data(), scales.data(), weight_scale_2, first,
                           rows, task.cols, task.outputs[0].name, counts);
-  }
+  });
   audit.check("experts bit-exact", counts.elements_out_of_bound == 0, task.outputs[0].name,
               fmt::format("{} elements differ from the source; first: {}", counts.elements_out_of_bound, counts.first_problem));
 }
 
 // An Engram MXFP4 table: the quantizer's bytes, and its cosine against the FP8 source.
 double verify_mxfp4_table(const Plan& plan, const Task& task, Audit& audit) {
-  const io::Reader source(plan.src / plan.shards[task.shard].file), output(plan.dst / plan.shards[task.shard].file);
   VerifyCounts counts;
-  std::vector<uint8_t> codes, scales, packed, out_scales;
-  for (uint64_t first = 0; first < task.rows; first += kVerifyRows) {
-    const uint64_t rows = std::min(kVerifyRows, task.rows - first);
-    read_tensor_rows(source, task.inputs[0], first, rows, codes);
-    read_tensor_rows(source, task.inputs[1], first, rows, scales);
-    read_tensor_rows(output, task.outputs[0].name, first, rows, packed);
-    read_tensor_rows(output, task.outputs[1].name, first, rows, out_scales);
+  for_each_row_batch(plan, task, [&](uint64_t first, uint64_t rows, const auto& codes, const auto& scales,
+                                     const auto& packed, const auto& out_scales) {
     const Fp8RowChunk chunk{task.inputs[0], first, rows, task.cols, codes, scales, task.inputs[1]};
     verify_mxfp4_rows(chunk, packed.data(), out_scales.data(), task.outputs[0].name, counts);
-  }
+  });
   audit.check("engram mxfp4 bytes", counts.elements_out_of_bound == 0, task.outputs[0].name,
               fmt::format("{} rows differ; first: {}", counts.elements_out_of_bound, counts.first_problem));
   const double x = counts.sums.reference_sq.to_double(), y = counts.sums.output_sq.to_double();

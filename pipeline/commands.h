@@ -20,7 +20,7 @@ int cmd_inspect(const InspectArgs& args);
 
 struct FixtureArgs {
   std::string preset = "dsv41-mini";
-  std::string shape = "mini"; // mini | real-count (pipeline/fixture.h fixture_dims)
+  std::string shape = "mini"; // mini | real-count (fixture/fixture.h fixture_dims)
   std::string out;
   uint64_t engram_vocab = 0; // 0 = the preset's default
   uint64_t seed = 1;

@@ -56,12 +56,12 @@ CheckpointState fresh_state(const Plan& plan) {
 }
 
 Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& outputs, CheckpointState state,
-                         std::filesystem::path checkpoint_path, std::vector<int> threads_per_rank)
+                         std::filesystem::path checkpoint_path, std::vector<RankInfo> ranks)
     : plan_(plan), link_(link), outputs_(outputs), state_(std::move(state)),
-      checkpoint_path_(std::move(checkpoint_path)), threads_per_rank_(std::move(threads_per_rank)),
+      checkpoint_path_(std::move(checkpoint_path)), ranks_(std::move(ranks)),
       last_save_(std::chrono::steady_clock::now()), elapsed_before_(state_.elapsed_seconds),
       start_(std::chrono::steady_clock::now()),
-      progress_(plan.total_rows(), source_bytes_per_row(plan), int(threads_per_rank_.size())) {
+      progress_(plan.total_rows(), source_bytes_per_row(plan), int(ranks_.size())) {
   const auto& tasks = plan_.tasks();
   task_enqueued_.assign(tasks.size(), 0);
   group_pending_.assign(plan_.group_tasks.size(), 0);
@@ -264,7 +264,7 @@ void Coordinator::on_finalized(int shard) {
 void Coordinator::on_interrupt() {
   if (interrupting_) return;
   interrupting_ = true;
-  spdlog::warn("stop requested: finishing in-flight work, flushing the checkpoint");
+  spdlog::info("stop requested: finishing in-flight work, flushing the checkpoint");
   link_.send_all(Tag::cancel, encode(int32_t(0)));
 }
 
@@ -308,7 +308,7 @@ void Coordinator::finish_run() {
   if (!is_finished("report")) {
     crash_point("report");
     const double wall = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    io::write_json_file(plan_.dst / plan_.report_file(), build_report(plan_, state_, threads_per_rank_, wall));
+    io::write_json_file(plan_.dst / plan_.report_file(), build_report(plan_, state_, ranks_, wall));
     mark_finished("report");
   }
   progress_.maybe_print("done", true);
@@ -338,9 +338,28 @@ void Coordinator::save(bool force) {
   changes_ = CheckpointChanges{};
   changes_.finished_from = state_.finished.size();
   crash_point("save");
+  write_rank_figures(force);
   dirty_ = false;
   last_save_ = std::chrono::steady_clock::now();
   last_save_seconds_ = std::chrono::duration<double>(last_save_ - now).count();
+}
+
+// For `shardq status`: each rank's host, threads and rows this run, beside the checkpoint
+// (not part of it: a resume starts them over). Every few seconds, or with a forced save.
+void Coordinator::write_rank_figures(bool force) {
+  constexpr double kIntervalSeconds = 5.0;
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && std::chrono::duration<double>(now - last_rank_figures_).count() < kIntervalSeconds) return;
+  last_rank_figures_ = now;
+  nlohmann::ordered_json figures;
+  figures["generation"] = state_.generation;
+  figures["run_seconds"] = std::chrono::duration<double>(now - start_).count();
+  figures["ranks"] = nlohmann::ordered_json::array();
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    figures["ranks"].push_back({{"rank", r}, {"host", ranks_[r].host}, {"threads", ranks_[r].threads},
+                                {"rows", progress_.rank_rows()[r]}});
+  }
+  io::write_json_file(rank_figures_path(checkpoint_path_), figures);
 }
 
 void Coordinator::tick() {

@@ -30,9 +30,9 @@ CheckpointState fresh_state(const Plan& plan);
 
 class Coordinator {
  public:
-  // threads_per_rank: each rank's compute threads (the report and progress show them).
+  // ranks: each rank's host and compute threads (the report, progress and status show them).
   Coordinator(const Plan& plan, Link& link, const OutputFiles& outputs, CheckpointState state,
-              std::filesystem::path checkpoint_path, std::vector<int> threads_per_rank);
+              std::filesystem::path checkpoint_path, std::vector<RankInfo> ranks);
 
   void on_request(const WorkRequest& request);
   void on_reduce(const ReduceResult& result);
@@ -56,6 +56,7 @@ class Coordinator {
   void finalize_ready_shards();
   void finish_run();
   void save(bool force);
+  void write_rank_figures(bool force);
   bool is_finished(const std::string& step) const;
   void mark_finished(const std::string& step);
 
@@ -64,7 +65,8 @@ class Coordinator {
   const OutputFiles& outputs_;
   CheckpointState state_;
   std::filesystem::path checkpoint_path_;
-  std::vector<int> threads_per_rank_;
+  std::vector<RankInfo> ranks_;
+  std::chrono::steady_clock::time_point last_rank_figures_{};
 
   // Work not yet handed out, per phase, in plan order; dropped items go back in front.
   std::deque<ItemKey> reduce_queue_, factor_queue_, encode_queue_;

@@ -16,6 +16,7 @@ class Progress {
   void add(uint64_t rows, int rank);
   void maybe_print(const std::string& stage, bool force = false);
   void finish();
+  const std::vector<uint64_t>& rank_rows() const { return rank_rows_; } // rows each rank computed this run
 
  private:
   uint64_t total_rows_, bytes_per_row_;

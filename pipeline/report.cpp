@@ -21,7 +21,7 @@ std::vector<TaskTotals> task_totals(const Plan& plan, const CheckpointState& sta
   return totals;
 }
 
-nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& state, const std::vector<int>& threads_per_rank,
+nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& state, const std::vector<RankInfo>& ranks,
                                     double wall_seconds) {
   nlohmann::ordered_json report;
   report["product"] = std::string(plan.recipe->name());
@@ -30,8 +30,10 @@ nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& sta
   const nlohmann::ordered_json section = plan.recipe->report(plan.recipe_plan, plan.params, totals);
   for (const auto& [key, value] : section.items()) report[key] = value;
   nlohmann::ordered_json run;
-  run["ranks"] = threads_per_rank.size();
-  run["threads_per_rank"] = threads_per_rank;
+  run["ranks"] = ranks.size();
+  std::vector<int> threads;
+  for (const auto& rank : ranks) threads.push_back(rank.threads);
+  run["threads_per_rank"] = threads;
   run["backend"] = "cpu";
   run["write_mode"] = plan.job.write_mode;
   run["rows_per_chunk"] = plan.job.rows_per_chunk;

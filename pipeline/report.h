@@ -7,14 +7,15 @@
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/plan.h"
+#include "pipeline/work.h"
 
 namespace shardq {
 
 // Every task's figures: its chunks' stats merged in chunk order, its group's reduction.
 std::vector<TaskTotals> task_totals(const Plan& plan, const CheckpointState& state);
 
-// `threads_per_rank`: the compute threads of each rank of this run (its size is the ranks).
-nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& state, const std::vector<int>& threads_per_rank,
+// `ranks`: this run's ranks, their hosts and compute threads.
+nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& state, const std::vector<RankInfo>& ranks,
                                     double wall_seconds);
 
 } // namespace shardq

@@ -176,6 +176,23 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   return state;
 }
 
+// Rank 0 gets every rank's host name and thread count; the others an empty list.
+std::vector<RankInfo> gather_rank_info(const Link& link, int threads) {
+  struct Entry {
+    char host[MPI_MAX_PROCESSOR_NAME] = {};
+    int threads = 0;
+  } mine;
+  int length = 0;
+  check_mpi(MPI_Get_processor_name(mine.host, &length), "MPI_Get_processor_name");
+  mine.threads = threads;
+  std::vector<Entry> all(size_t(link.rank() == 0 ? link.size() : 0));
+  check_mpi(MPI_Gather(&mine, sizeof(Entry), MPI_BYTE, all.data(), sizeof(Entry), MPI_BYTE, 0, MPI_COMM_WORLD),
+            "MPI_Gather");
+  std::vector<RankInfo> ranks;
+  for (const auto& entry : all) ranks.push_back({std::string(entry.host), entry.threads});
+  return ranks;
+}
+
 struct RankLoop {
   const Plan& plan;
   Link& link;
@@ -279,8 +296,9 @@ struct RankLoop {
     }
     worker.stop();
     link.drain();
-    // One line per rank: under mpirun only the first non-zero code reaches the caller.
-    if (exit_code == kExitInterrupted) spdlog::warn("stopped for a signal: exit {}", exit_code);
+    // Rank 0 has told the user the checkpoint is saved and how to resume; each rank's own
+    // stop is for the debug log (under mpirun only the first non-zero code reaches the caller).
+    if (exit_code == kExitInterrupted) spdlog::debug("stopped for a signal: exit {}", exit_code);
     return exit_code;
   }
 };
@@ -324,13 +342,11 @@ int run_job(const RunArgs& args) {
   spdlog::info("{}: {} ranks x {} threads, {} tasks, {} rows per chunk, write mode {}", job.recipe, link.size(), threads,
                plan.tasks().size(), job.rows_per_chunk, job.write_mode);
 
-  std::vector<int> threads_per_rank(size_t(link.rank() == 0 ? link.size() : 0));
-  check_mpi(MPI_Gather(&threads, 1, MPI_INT, threads_per_rank.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
+  std::vector<RankInfo> ranks = gather_rank_info(link, threads);
   Worker worker(plan, outputs, link.rank(), threads);
   std::unique_ptr<Coordinator> coordinator;
   if (link.rank() == 0) {
-    coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path,
-                                                std::move(threads_per_rank));
+    coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path, std::move(ranks));
   }
   RankLoop loop{plan, link, outputs, worker, coordinator.get()};
   return loop.run();

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "stages/chunk_stats.h"
@@ -33,6 +35,17 @@ struct WorkRequest {
 // assign: the items, in the order they were taken; none means "nothing yet, ask later".
 std::vector<uint8_t> encode_items(const std::vector<WorkItem>& items);
 std::vector<WorkItem> decode_items(std::span<const uint8_t> bytes);
+
+// A rank as rank 0 knows it (gathered once at start).
+struct RankInfo {
+  std::string host;
+  int threads = 1;
+};
+
+// Rank 0 writes each rank's figures for `shardq status` here, beside the checkpoint.
+inline std::filesystem::path rank_figures_path(const std::filesystem::path& checkpoint) {
+  return checkpoint.string() + ".ranks.json";
+}
 
 // Bytes of source rows an item reads (0 for factor items, which read their set once).
 uint64_t item_source_bytes(const Plan& plan, const WorkItem& item);

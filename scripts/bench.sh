@@ -6,30 +6,41 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build/release}"
 
-# NVFP4 row kernels (and the FP8 E8M0-32 source decode, scalar and SIMD) on one core vs
-# memcpy of the same fp32 bytes (1 KiB per row of 256 values); prints each kernel's GB/s
-# and its ratio to memcpy. This VM's speed drifts by tens of percent over seconds: each
-# benchmark runs BENCH_REPETITIONS times in random interleaving with the others, and the
-# medians are compared.
-bench_kernels() {
-  local json
+# interleaved_report FILTER <<'PY' ... PY: the shardq_bench benchmarks matching FILTER on one
+# core, each run BENCH_REPETITIONS times in random interleaving with the others (this VM's
+# speed drifts by tens of percent over seconds), then the Python report read from stdin,
+# which finds `runs`: {run name: its median run}.
+interleaved_report() {
+  local filter=$1 json report
+  report=$(cat)
   json=$(mktemp)
-  taskset -c 0 "$build_dir/tests/shardq_bench" --benchmark_filter='memcpy|nvfp4|fp8_dequantize' \
+  taskset -c 0 "$build_dir/tests/shardq_bench" --benchmark_filter="$filter" \
     --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPETITIONS:-8}" \
     --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
     --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
-  python3 - "$json" <<'PY'
-import json, sys
+  local medians='import json, sys
+runs = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
+'
+  python3 -c "$medians$report" "$json"
+  rm -f "$json"
+}
+
+now() { date +%s.%N; }
+seconds_since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$1" "$(now)"; }
+
+# NVFP4 row kernels (and the FP8 E8M0-32 source decode, scalar and SIMD) on one core vs
+# memcpy of the same fp32 bytes (1 KiB per row of 256 values); prints each kernel's GB/s
+# and its ratio to memcpy, medians of interleaved repetitions.
+bench_kernels() {
+  interleaved_report 'memcpy|nvfp4|fp8_dequantize' <<'PY'
 # Skipped ones (the CUDA benchmarks without a device) carry no rate.
-runs = {b["run_name"]: b["GB/s"] for b in json.load(open(sys.argv[1]))["benchmarks"]
-        if b.get("aggregate_name") == "median" and "GB/s" in b}
+runs = {name: b["GB/s"] for name, b in runs.items() if "GB/s" in b}
 base = runs["BM_memcpy_fp32_rows"]
 print("medians of interleaved repetitions")
 print(f"{'benchmark':28s} {'GB/s (fp32 in)':>15s} {'x memcpy':>9s}")
 for name, gbs in sorted(runs.items()):
     print(f"{name:28s} {gbs:15.3f} {gbs / base:9.3f}")
 PY
-  rm -f "$json"
 }
 
 # GPTQ on one core: rows/s for rtn, mse, gptq, gptq-mse, and GPTQ's FLOP rate (2 * 32,640
@@ -97,8 +108,6 @@ print("\n".join(sorted({f for n, f in weight_map.items() if n.endswith(".engram.
 PY
 }
 
-now() { date +%s.%N; }
-
 # `shardq run` (one rank) for ranks=1, `mpirun -np N shardq run` otherwise, method rtn
 # unless named, into a fresh dst; prints the wall seconds. Chunks of 65536 rows give the
 # 4M-row bench tables ~62 chunks each, so the pipeline's fill and drain weigh about what
@@ -114,7 +123,7 @@ e2e_run_seconds() { # work ranks dst [method] [threads]
     --src "$work/src" --dst "$dst" --set "quant.method=\"$method\"" --set "run.threads=$threads" \
     --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-65536}" >"$dst.log" 2>&1 ||
     { echo "shardq run failed (-np $ranks):" >&2; tail -5 "$dst.log" >&2; return 1; }
-  python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)"
+  seconds_since "$start"
 }
 
 # End-to-end `shardq run` (rtn) on the >= 1 GB tables next to `cp` of the same table shards
@@ -131,7 +140,7 @@ bench_e2e() {
   done
   start=$(now)
   for shard in "${shards[@]}"; do cp "$work/src/$shard" "$work/cp/$shard" && sync "$work/cp/$shard"; done
-  cp_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  cp_s=$(seconds_since "$start")
   rm -rf "$work/cp"
   run_s=$(e2e_run_seconds "$work" 1 "$work/out-e2e")
   python3 - "$bytes" "$cp_s" "$run_s" "${#shards[@]}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
@@ -242,15 +251,7 @@ PY
 # codes passed through without a copy) vs memcpy of the same bytes (codes + scales), and
 # the Engram MXFP4 quantizer's rows/s. Target: transcode >= 1x memcpy.
 bench_transcode() {
-  local json
-  json=$(mktemp)
-  taskset -c 0 "$build_dir/tests/shardq_bench" --benchmark_filter='transcode|memcpy_mxfp4|mxfp4_quantize' \
-    --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPETITIONS:-8}" \
-    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
-    --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
-  python3 - "$json" <<'PY'
-import json, sys
-runs = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
+  interleaved_report 'transcode|memcpy_mxfp4|mxfp4_quantize' <<'PY'
 base = runs["BM_memcpy_mxfp4_expert_bytes"]["GB/s"]
 print("medians of interleaved repetitions, one core")
 for name, b in sorted(runs.items()):
@@ -263,7 +264,6 @@ for name, b in sorted(runs.items()):
         line += f"   x memcpy {b['GB/s'] / base:.2f} (target >= 1)"
     print(line)
 PY
-  rm -f "$json"
 }
 
 # The whole nvfp4-1017 job (one rank) on the e2e fixture (>= 1 GB Engram tables) and its
@@ -284,13 +284,13 @@ bench_1017() {
   done
   start=$(now)
   for shard in "${shards[@]}"; do cp "$work/src/$shard" "$work/cp/$shard" && sync "$work/cp/$shard"; done
-  cp_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  cp_s=$(seconds_since "$start")
   rm -rf "$work/cp" "$work/out-1017"
   start=$(now)
   "$build_dir/shardq" run jobs/demo-1017-nvfp4.toml --src "$work/src" --dst "$work/out-1017" \
     --set "quant.input_scales_from=\"$ref\"" --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-65536}" >"$work/out-1017.log" 2>&1 ||
     { echo "shardq run failed:" >&2; tail -5 "$work/out-1017.log" >&2; return 1; }
-  run_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  run_s=$(seconds_since "$start")
   python3 - "$bytes" "$cp_s" "$run_s" "${#shards[@]}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
 import sys
 size, cp_s, run_s, shards, load = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
@@ -307,15 +307,7 @@ PY
 # chunk (encode_chunk), next to memcpy of the same output bytes (I8 codes + F32 scales);
 # prints GB/s of output and the ratio to memcpy. Target: rows >= 0.5x memcpy.
 bench_int8_rows() {
-  local json
-  json=$(mktemp)
-  taskset -c 0 "$build_dir/tests/shardq_bench" --benchmark_filter='int8' \
-    --benchmark_min_time="${BENCH_MIN_TIME:-0.2}" --benchmark_repetitions="${BENCH_REPETITIONS:-8}" \
-    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
-    --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
-  python3 - "$json" <<'PY'
-import json, sys
-runs = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
+  interleaved_report 'int8' <<'PY'
 base = runs["BM_memcpy_int8_output"]["GB/s"]
 print("medians of interleaved repetitions, one core; GB/s of output (I8 codes + F32 scales)")
 print(f"{'benchmark':24s} {'GB/s':>8s} {'M rows/s':>9s} {'x memcpy':>9s}")
@@ -325,7 +317,6 @@ for name in ("BM_memcpy_int8_output", "BM_int8_fp8_rows", "BM_int8_fp4_rows", "B
     target = "   (target >= 0.5)" if name.endswith("_rows") else ""
     print(f"{name:24s} {b['GB/s']:8.3f} {b['rows/s'] / 1e6:9.3f} {b['GB/s'] / base:9.3f}{target}")
 PY
-  rm -f "$json"
 }
 
 # The INT8 bench's own source (the e2e fixture's linears are ~32 MB: INT8 links the Engram
@@ -412,13 +403,13 @@ bench_int8() {
   done
   start=$(now)
   for shard in "${shards[@]}"; do cp "$src/$shard" "$work/cp/$shard" && sync "$work/cp/$shard"; done
-  cp_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  cp_s=$(seconds_since "$start")
   rm -rf "$work/cp"
   start=$(now)
   "$build_dir/shardq" run jobs/demo-w8a8-int8.toml --src "$src" --dst "$work/out-int8" \
     --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-2048}" >"$work/out-int8.log" 2>&1 ||
     { echo "shardq run failed:" >&2; tail -5 "$work/out-int8.log" >&2; return 1; }
-  run_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$start" "$(now)")
+  run_s=$(seconds_since "$start")
   out_bytes=$(cat "$work"/out-int8/*.safetensors | wc -c)
   rm -rf "$work/out-int8"
   python3 - "$bytes" "$out_bytes" "$cp_s" "$run_s" "${#shards[@]}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'

@@ -19,7 +19,7 @@ fi
 if [ "${SHARDQ_SKIP_FUZZ:-0}" != 1 ]; then
   cmake --preset fuzz >/dev/null
   cmake --build --preset fuzz -j "$jobs" --target fuzz_safetensors_header
-  # A short run on every push; longer runs: see README "Fuzzing". New inputs and crash
+  # A short run on every push; longer runs: docs/formats.md "Untrusted input". New inputs and crash
   # files go to a scratch folder (printed on failure); tests/fuzz/corpus only seeds.
   fuzz_dir=$(mktemp -d)
   build/fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="${SHARDQ_FUZZ_SECONDS:-60}" \

@@ -124,41 +124,34 @@ void BM_nvfp4_rtn_simd(benchmark::State& state) { run_kernel(state, shardq::quan
 void BM_nvfp4_mse_ref(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_ref, 8); }
 void BM_nvfp4_mse_simd(benchmark::State& state) { run_kernel(state, shardq::quantize_row_nvfp4_simd, 8); }
 
-// The Engram MXFP4 quantizer (ModelOpt's rule) on the same fp32 rows: rows/s, GB/s of input.
-void BM_mxfp4_quantize_ref(benchmark::State& state) {
-  const auto& x = input_rows();
+using Mxfp4RowKernel = shardq::Mxfp4RowSums (*)(const float*, int, uint8_t*, uint8_t*);
+
+// Times quantize_row(r, packed_row, scales_row) over all rows into one MXFP4 output
+// (kCols / 2 code bytes and kCols / 32 E8M0 scales a row); the error sums are kept so the
+// work is not optimized away.
+template <class QuantizeRow> void time_mxfp4_rows(benchmark::State& state, QuantizeRow quantize_row) {
   std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 32);
   for (auto _ : state) {
     shardq::Mxfp4RowSums total;
-    for (int r = 0; r < kRows; ++r) {
-      const auto sums = shardq::quantize_row_mxfp4_ref(x.data() + size_t(r) * kCols, kCols,
-                                                       packed.data() + size_t(r) * kCols / 2,
-                                                       scales.data() + size_t(r) * kCols / 32);
-      total.error_sq += sums.error_sq;
-    }
+    for (int r = 0; r < kRows; ++r)
+      total.error_sq += quantize_row(r, packed.data() + size_t(r) * kCols / 2, scales.data() + size_t(r) * kCols / 32).error_sq;
     benchmark::DoNotOptimize(total);
     benchmark::ClobberMemory();
   }
+}
+
+// The Engram MXFP4 quantizer (ModelOpt's rule) on the same fp32 rows: rows/s, GB/s of input.
+// The SIMD one is bit-identical to the ref.
+void run_mxfp4_quantize(benchmark::State& state, Mxfp4RowKernel kernel) {
+  const auto& x = input_rows();
+  time_mxfp4_rows(state, [&](int r, uint8_t* packed, uint8_t* scales) {
+    return kernel(x.data() + size_t(r) * kCols, kCols, packed, scales);
+  });
   set_counters(state);
 }
 
-// The same rows, SIMD (bit-identical to the ref).
-void BM_mxfp4_quantize_simd(benchmark::State& state) {
-  const auto& x = input_rows();
-  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 32);
-  for (auto _ : state) {
-    shardq::Mxfp4RowSums total;
-    for (int r = 0; r < kRows; ++r) {
-      const auto sums = shardq::quantize_row_mxfp4_simd(x.data() + size_t(r) * kCols, kCols,
-                                                        packed.data() + size_t(r) * kCols / 2,
-                                                        scales.data() + size_t(r) * kCols / 32);
-      total.error_sq += sums.error_sq;
-    }
-    benchmark::DoNotOptimize(total);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state);
-}
+void BM_mxfp4_quantize_ref(benchmark::State& state) { run_mxfp4_quantize(state, shardq::quantize_row_mxfp4_ref); }
+void BM_mxfp4_quantize_simd(benchmark::State& state) { run_mxfp4_quantize(state, shardq::quantize_row_mxfp4_simd); }
 
 // The Engram MXFP4 codec's row path from its FP8 source (E4M3 codes + one E8M0 scale per 32,
 // 16 MiB of codes): decode to fp32 then quantize (what encode_engram_mxfp4 did), and fused.
@@ -190,24 +183,14 @@ void set_fp8_counters(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(rows * (kCols + kCols / 32) / 1e9, benchmark::Counter::kIsRate);
 }
 
-using Mxfp4RowKernel = shardq::Mxfp4RowSums (*)(const float*, int, uint8_t*, uint8_t*);
-
 void run_fp8_to_mxfp4_decoded(benchmark::State& state, Mxfp4RowKernel kernel) {
   const auto& source = fp8_source_rows();
-  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 32);
   std::vector<float> values(kCols);
-  for (auto _ : state) {
-    shardq::Mxfp4RowSums total;
-    for (int r = 0; r < kRows; ++r) {
-      shardq::dequantize_row_fp8_e8m0_32_simd(source.codes.data() + size_t(r) * kCols,
-                                              source.scales.data() + size_t(r) * kCols / 32, kCols, values.data());
-      const auto sums = kernel(values.data(), kCols, packed.data() + size_t(r) * kCols / 2,
-                               scales.data() + size_t(r) * kCols / 32);
-      total.error_sq += sums.error_sq;
-    }
-    benchmark::DoNotOptimize(total);
-    benchmark::ClobberMemory();
-  }
+  time_mxfp4_rows(state, [&](int r, uint8_t* packed, uint8_t* scales) {
+    shardq::dequantize_row_fp8_e8m0_32_simd(source.codes.data() + size_t(r) * kCols,
+                                            source.scales.data() + size_t(r) * kCols / 32, kCols, values.data());
+    return kernel(values.data(), kCols, packed, scales);
+  });
   set_fp8_counters(state);
 }
 
@@ -220,18 +203,10 @@ void BM_mxfp4_codec_row_decode_simd(benchmark::State& state) {
 
 void BM_mxfp4_codec_row_fused(benchmark::State& state) {
   const auto& source = fp8_source_rows();
-  std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 32);
-  for (auto _ : state) {
-    shardq::Mxfp4RowSums total;
-    for (int r = 0; r < kRows; ++r) {
-      const auto sums = shardq::quantize_row_mxfp4_from_fp8_simd(
-          source.codes.data() + size_t(r) * kCols, source.scales.data() + size_t(r) * kCols / 32, kCols,
-          packed.data() + size_t(r) * kCols / 2, scales.data() + size_t(r) * kCols / 32);
-      total.error_sq += sums.error_sq;
-    }
-    benchmark::DoNotOptimize(total);
-    benchmark::ClobberMemory();
-  }
+  time_mxfp4_rows(state, [&](int r, uint8_t* packed, uint8_t* scales) {
+    return shardq::quantize_row_mxfp4_from_fp8_simd(source.codes.data() + size_t(r) * kCols,
+                                                    source.scales.data() + size_t(r) * kCols / 32, kCols, packed, scales);
+  });
   set_fp8_counters(state);
 }
 

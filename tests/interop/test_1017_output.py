@@ -13,36 +13,16 @@ Env: SHARDQ_BIN (the shardq binary), SHARDQ_SOURCE_DIR (the repository, for the 
 """
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
-from safetensors import deserialize
 
-SHARDQ_BIN = os.environ.get("SHARDQ_BIN")
-SOURCE_DIR = Path(os.environ.get("SHARDQ_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+from shardq_output import E2M1_VALUES, SOURCE_DIR, all_tensors, e8m0, needs_shardq, nibbles, shardq
+
 DEMO_JOB = SOURCE_DIR / "jobs" / "demo-1017-nvfp4.toml"
-E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
 
-pytestmark = pytest.mark.skipif(not SHARDQ_BIN, reason="SHARDQ_BIN is not set")
-
-
-def shardq(*args):
-    result = subprocess.run([SHARDQ_BIN, *map(str, args)], capture_output=True, text=True)
-    assert result.returncode == 0, f"shardq {' '.join(map(str, args))} failed:\n{result.stderr}"
-
-
-def all_tensors(folder):
-    """name -> (dtype string, shape, raw bytes) over every shard, through safetensors' parser."""
-    tensors = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        for name, t in deserialize(path.read_bytes()):
-            assert name not in tensors, f"{name} appears in two shards"
-            tensors[name] = (t["dtype"], list(t["shape"]), bytes(t["data"]))
-    return tensors
+pytestmark = needs_shardq
 
 
 @pytest.fixture(scope="module")
@@ -63,17 +43,6 @@ def u8(raw):
 def f32_scalar(raw):
     assert raw[0] == "F32" and raw[1] == []
     return np.frombuffer(raw[2], dtype=np.float32)[0]
-
-
-def nibbles(packed):
-    """[rows, cols/2] bytes -> [rows, cols] E2M1 codes, low nibble = even column."""
-    out = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.uint8)
-    out[:, 0::2], out[:, 1::2] = packed & 0xF, packed >> 4
-    return out
-
-
-def e8m0(codes):
-    return np.ldexp(np.float32(1), codes.astype(np.int32) - 127).astype(np.float32)
 
 
 def experts(tensors):

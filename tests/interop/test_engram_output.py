@@ -15,22 +15,19 @@ Env: SHARDQ_BIN (the shardq binary), SHARDQ_SOURCE_DIR (the repository, for the 
 
 import json
 import os
-import subprocess
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 from safetensors import deserialize, safe_open
 
-SHARDQ_BIN = os.environ.get("SHARDQ_BIN")
-SOURCE_DIR = Path(os.environ.get("SHARDQ_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+from shardq_output import E2M1_VALUES, SOURCE_DIR, needs_shardq, nibbles, shardq
+
 DEMO_JOB = SOURCE_DIR / "jobs" / "demo-engram-nvfp4.toml"
 
 ENGRAM_LAYERS = [1, 14]
 COLS = 256
 BLOCK = 16
-E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
 E4M3_MAX = 448.0
 E4M3_MIN_SUBNORMAL = 2.0**-9
 E4M3_ONE = 0x38
@@ -49,12 +46,7 @@ RUNS = {
     "rtn-direct": ["--set", 'quant.method="rtn"', "--set", 'run.write_mode="direct"'],
 }
 
-pytestmark = pytest.mark.skipif(not SHARDQ_BIN, reason="SHARDQ_BIN is not set")
-
-
-def shardq(*args):
-    result = subprocess.run([SHARDQ_BIN, *map(str, args)], capture_output=True, text=True)
-    assert result.returncode == 0, f"shardq {' '.join(map(str, args))} failed:\n{result.stderr}"
+pytestmark = needs_shardq
 
 
 @pytest.fixture(scope="module")
@@ -148,14 +140,6 @@ def output_table(dst, layer):
 
 def shard_of(folder, name):
     return json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"][name]
-
-
-def nibbles(packed):
-    """[rows, cols] E2M1 codes; low nibble = even element."""
-    out = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.uint8)
-    out[:, 0::2] = packed & 0x0F
-    out[:, 1::2] = packed >> 4
-    return out
 
 
 def dequantize(packed, scales, global_scale):

@@ -20,38 +20,18 @@ Env: SHARDQ_BIN (the shardq binary), SHARDQ_SOURCE_DIR (the repository, for the 
 """
 
 import json
-import os
-import subprocess
 import tomllib
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
-from safetensors import deserialize
 
-SHARDQ_BIN = os.environ.get("SHARDQ_BIN")
-SOURCE_DIR = Path(os.environ.get("SHARDQ_SOURCE_DIR", Path(__file__).resolve().parents[2]))
+from shardq_output import E2M1_VALUES, SOURCE_DIR, all_tensors, e8m0, needs_shardq, nibbles, shardq
+
 DEMO_JOB = SOURCE_DIR / "jobs" / "demo-w8a8-int8.toml"
-E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float32)
 IGNORE = tomllib.loads(DEMO_JOB.read_text())["quant"]["ignore"]
 
-pytestmark = pytest.mark.skipif(not SHARDQ_BIN, reason="SHARDQ_BIN is not set")
-
-
-def shardq(*args):
-    result = subprocess.run([SHARDQ_BIN, *map(str, args)], capture_output=True, text=True)
-    assert result.returncode == 0, f"shardq {' '.join(map(str, args))} failed:\n{result.stderr}"
-
-
-def all_tensors(folder):
-    """name -> (dtype string, shape, raw bytes) over every shard, through safetensors' parser."""
-    tensors = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        for name, t in deserialize(path.read_bytes()):
-            assert name not in tensors, f"{name} appears in two shards"
-            tensors[name] = (t["dtype"], list(t["shape"]), bytes(t["data"]))
-    return tensors
+pytestmark = needs_shardq
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +45,6 @@ def work(tmp_path_factory):
 
 def array(raw, dtype):
     return np.frombuffer(raw[2], dtype=dtype).reshape(raw[1])
-
-
-def e8m0(codes):
-    return np.ldexp(np.float32(1), codes.astype(np.int32) - 127).astype(np.float32)
 
 
 def ignore_matches(module, ignore):
@@ -99,11 +75,8 @@ def source_linears(src):
             out[module] = codes * np.repeat(np.repeat(scale, 32, axis=0), 32, axis=1)[:rows, :cols]
         else:
             assert dtype == "I8", (name, dtype)
-            packed = array(src[name], np.uint8)
-            nibbles = np.empty((shape[0], shape[1] * 2), dtype=np.uint8)
-            nibbles[:, 0::2], nibbles[:, 1::2] = packed & 0xF, packed >> 4
             assert scale.shape == (shape[0], shape[1] * 2 // 32)
-            out[module] = E2M1_VALUES[nibbles] * np.repeat(scale, 32, axis=1)
+            out[module] = E2M1_VALUES[nibbles(array(src[name], np.uint8))] * np.repeat(scale, 32, axis=1)
     return out
 
 

@@ -17,11 +17,7 @@ for victim in 1 2; do
   SHARDQ_LOG=debug mpirun -np 3 "$SHARDQ_BIN" run "$JOB" "${COMMON[@]}" --dst "$DST" >"$log" 2>&1 &
   RUN=$!
   STARTED_PIDS+=("$RUN")
-  for i in $(seq 1 1200); do
-    (($(grep -c "assign 2 task" "$log") >= 10)) && break
-    kill -0 "$RUN" 2>/dev/null || fail "the run ended before a rank could be killed"
-    sleep 0.05
-  done
+  wait_for_log "$log" "$RUN" "assign 2 task" 10
   pid=$(rank_pid "$RUN" "$victim") || fail "rank $victim not found under mpirun $RUN"
   start=$(now)
   kill -9 "$pid"

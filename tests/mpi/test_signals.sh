@@ -31,13 +31,7 @@ start_run() {
   SHARDQ_TEST_CHUNK_DELAY_MS=30 SHARDQ_LOG=debug "$@" >"$log" 2>&1 &
   RUN_PID=$!
   STARTED_PIDS+=("$RUN_PID")
-  local i
-  for i in $(seq 1 1200); do
-    (($(grep -c "assign 2 task" "$log") >= 8)) && return 0
-    kill -0 "$RUN_PID" 2>/dev/null || fail "the run ended before it could be signalled: $(tail -5 "$log")"
-    sleep 0.05
-  done
-  fail "no quantize work was handed out within 60 s ($log)"
+  wait_for_log "$log" "$RUN_PID" "assign 2 task" 8
 }
 
 # signal_case NAME SIGNAL TARGET EXPECTED_RC [SECOND]: TARGET = ranks | mpirun | sparks.

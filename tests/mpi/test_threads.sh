@@ -4,8 +4,9 @@
 #  1. engram-nvfp4, all four methods, threads 1, 2 and 3 on -np 1 and -np 2, chunks of 100
 #     rows so that every thread gets chunks (gptq: its factors spread over the threads too);
 #  2. nvfp4-1017 and w8a8-int8, threads 1 and 3 on -np 1 and -np 2;
-#  3. the report records each rank's threads, and run.threads left unset means the cores
-#     in the rank's affinity mask (taskset -c 0: 1 thread).
+#  3. the report records each rank's threads, `shardq status` and the progress lines show
+#     rows/s per rank, and run.threads left unset means the cores in the rank's affinity
+#     mask (taskset -c 0: 1 thread).
 # shellcheck source=../resume/lib.sh
 source "$(dirname "$0")/../resume/lib.sh"
 
@@ -51,6 +52,12 @@ import json, sys
 run = json.load(open(sys.argv[1]))["run"]
 assert run["ranks"] == 2 and run["threads_per_rank"] == [3, 3], run
 PY
+
+# status: a line per rank with its host, threads and rows/s; the progress lines per rank.
+"$SHARDQ_BIN" status "$WORK/report/.shardq/checkpoint.h5" >"$WORK/status.txt" || fail "status failed"
+[[ $(grep -cE '^  rank +[01]  .+  3 threads  [0-9]+ rows  [0-9]+ rows/s$' "$WORK/status.txt") == 2 ]] ||
+  fail "status does not show both ranks' threads and rows/s: $(cat "$WORK/status.txt")"
+grep -qE 'rows/s per rank: [0-9.e+]+ [0-9.e+]+$' "$WORK/report.log" || fail "the progress lines do not show rows/s per rank"
 
 # Unset: the affinity mask decides (one core here).
 taskset -c 0 "$SHARDQ_BIN" run "$JOB" --src "$WORK/src" --dst "$WORK/affinity" >"$WORK/affinity.log" 2>&1 ||

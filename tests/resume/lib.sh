@@ -76,6 +76,13 @@ mount_scratch() {
   MOUNTS+=("$dir")
 }
 
+# edit_tensor FOLDER TENSOR EDIT: one tensor of a checkpoint folder dropped, reshaped or
+# its data doctored, copy-on-write (tests/resume/edit_tensor.py says which edits).
+edit_tensor() { python3 "$SHARDQ_SOURCE_DIR/tests/resume/edit_tensor.py" "$@"; }
+
+# copy_of NAME COPY: $WORK/COPY, a copy of $WORK/NAME whose files are hard links.
+copy_of() { cp -al "$WORK/$1" "$WORK/$2"; }
+
 # make_fixture DIR [engram_vocab]: the miniature checkpoint (smaller tables = faster tests).
 make_fixture() {
   "$SHARDQ_BIN" fixture --preset dsv41-mini --out "$1" --engram-vocab "${2:-600}" >/dev/null
@@ -99,6 +106,40 @@ run_shardq() {
   local rc=0
   # shellcheck disable=SC2046
   $(shardq_cmd "$np" "$@") >"$log" 2>&1 || rc=$?
+  return $rc
+}
+
+# wait_for_log LOG PID PATTERN [COUNT]: returns once LOG holds COUNT (default 1) lines
+# matching PATTERN (e.g. rank 0's "assign 2 task" under SHARDQ_LOG=debug: quantize work is
+# under way); fails when PID ends first or after 60 s.
+wait_for_log() {
+  local log=$1 pid=$2 pattern=$3 count=${4:-1} i
+  for i in $(seq 1 1200); do
+    (($(grep -c -- "$pattern" "$log" 2>/dev/null) >= count)) && return 0
+    kill -0 "$pid" 2>/dev/null || fail "the run ended before $count lines of '$pattern': $(tail -5 "$log")"
+    sleep 0.05
+  done
+  fail "no $count lines of '$pattern' within 60 s ($log)"
+}
+
+# killed_run SPEC NP LOG ARGS...: `shardq run ARGS...` on NP ranks (0 = no mpirun) into
+# LOG, killed at SPEC: a crash point (SHARDQ_CRASH_AT, e.g. quantize:30: kill -9 there) or
+# wall:SECONDS (the whole process tree kill -9'd that long after the start). Returns the
+# run's exit code (0 when it ended first).
+killed_run() {
+  local spec=$1 np=$2 log=$3 rc=0
+  shift 3
+  if [[ $spec == wall:* ]]; then
+    # shellcheck disable=SC2046
+    $(shardq_cmd "$np" "$@") >"$log" 2>&1 &
+    local pid=$!
+    STARTED_PIDS+=("$pid")
+    sleep "${spec#wall:}"
+    kill_tree "$pid"
+    wait "$pid" || rc=$?
+  else
+    SHARDQ_CRASH_AT=$spec run_shardq "$np" "$log" "$@" || rc=$?
+  fi
   return $rc
 }
 

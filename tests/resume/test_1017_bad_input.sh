@@ -15,44 +15,6 @@ JOB1017="$SHARDQ_SOURCE_DIR/jobs/demo-1017-nvfp4.toml"
 make_fixture "$WORK/src"
 "$SHARDQ_BIN" fixture --preset dsv41-mini-ref-nvfp4 --out "$WORK/ref" --engram-vocab 600 >/dev/null
 
-# edit_tensor FOLDER TENSOR drop|shape=A,B: a copy-on-write edit of one shard of FOLDER
-# (the others stay hard links): the tensor dropped (from its shard and the index) or its
-# shape changed (same byte count).
-edit_tensor() {
-  python3 - "$@" <<'PY'
-import json, os, struct, sys
-folder, tensor, edit = sys.argv[1:4]
-index_path = f"{folder}/model.safetensors.index.json"
-index = json.load(open(index_path))
-shard = f"{folder}/{index['weight_map'][tensor]}"
-raw = open(shard, "rb").read()
-(n,) = struct.unpack("<Q", raw[:8])
-header = json.loads(raw[8:8 + n])
-data = raw[8 + n:]
-entries = sorted(((k, v) for k, v in header.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"][0])
-out_header, out_data = ({"__metadata__": header["__metadata__"]} if "__metadata__" in header else {}), bytearray()
-for name, entry in entries:
-    begin, end = entry["data_offsets"]
-    if name == tensor and edit == "drop":
-        continue
-    if name == tensor:
-        entry = dict(entry, shape=[int(d) for d in edit.split("=")[1].split(",")])
-    out_header[name] = dict(entry, data_offsets=[len(out_data), len(out_data) + end - begin])
-    out_data += data[begin:end]
-text = json.dumps(out_header).encode()
-text += b" " * (-len(text) % 8)
-os.unlink(shard)  # a hard link of the fixture: replace, never write through
-with open(shard, "wb") as f:
-    f.write(struct.pack("<Q", len(text)) + text + out_data)
-if edit == "drop":
-    del index["weight_map"][tensor]
-    os.unlink(index_path)
-    json.dump(index, open(index_path, "w"))
-PY
-}
-
-copy_of() { cp -al "$WORK/$1" "$WORK/$2"; }
-
 # expect_refusal NAME TEXT ARGS...: the run fails, says TEXT, and leaves no work behind.
 expect_refusal() {
   local name=$1 text=$2 dst="$WORK/out-$1"

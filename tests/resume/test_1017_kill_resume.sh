@@ -18,17 +18,7 @@ kills=0
 for spec in reduce:40 reduce:200 quantize:30 save:2 quantize:200 wall:1.5 save:3 finalize:1 finalize:1 index:1 config:1 report:1; do
   np=$((kills % 3))
   rc=0
-  if [[ $spec == wall:* ]]; then
-    # shellcheck disable=SC2046
-    $(shardq_cmd "$np" "${ARGS[@]}" --dst "$DST") >"$WORK/$kills.log" 2>&1 &
-    pid=$!
-    STARTED_PIDS+=("$pid")
-    sleep "${spec#wall:}"
-    kill_tree "$pid"
-    wait "$pid" || rc=$?
-  else
-    SHARDQ_CRASH_AT=$spec run_shardq "$np" "$WORK/$kills.log" "${ARGS[@]}" --dst "$DST" || rc=$?
-  fi
+  killed_run "$spec" "$np" "$WORK/$kills.log" "${ARGS[@]}" --dst "$DST" || rc=$?
   grep -q "shardq: error" "$WORK/$kills.log" && fail "$spec: the run failed instead of being killed: $(grep 'shardq: error' "$WORK/$kills.log")"
   echo "kill at $spec on $np ranks (0 = no mpirun): exit $rc"
   ((rc != 0)) && kills=$((kills + 1))

@@ -29,17 +29,7 @@ for spec in quantize:30 save:2 wall:1.0 quantize:300 quantize:400 save:3 finaliz
   attempt=$((attempt + 1))
   log="$WORK/attempt$attempt.log"
   done_chunks "$CKPT" >"$WORK/before$attempt"
-  if [[ $spec == wall:* ]]; then
-    # shellcheck disable=SC2046
-    SHARDQ_LOG=debug $(shardq_cmd "$np" "${ARGS[@]}" --dst "$DST") >"$log" 2>&1 &
-    pid=$!
-    STARTED_PIDS+=("$pid")
-    sleep "${spec#wall:}"
-    kill_tree "$pid"
-    wait "$pid" || rc=$?
-  else
-    SHARDQ_CRASH_AT=$spec SHARDQ_LOG=debug run_shardq "$np" "$log" "${ARGS[@]}" --dst "$DST" || rc=$?
-  fi
+  SHARDQ_LOG=debug killed_run "$spec" "$np" "$log" "${ARGS[@]}" --dst "$DST" || rc=$?
   grep -q "shardq: error" "$log" && fail "$spec: the run failed instead of being killed: $(grep 'shardq: error' "$log")"
   sleep 0.2 # the killed ranks' ends
   done_chunks "$CKPT" >"$WORK/after$attempt"

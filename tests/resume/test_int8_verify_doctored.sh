@@ -21,66 +21,6 @@ run_shardq 0 "$WORK/good.log" "$JOBINT8" --src "$WORK/src" --dst "$WORK/good" ||
 "$SHARDQ_BIN" verify --src "$WORK/src" --dst "$WORK/good" "$JOBINT8" >"$WORK/verify-good.log" ||
   { cat "$WORK/verify-good.log"; fail "verify fails the good output"; }
 
-# edit_tensor FOLDER TENSOR drop | byte=INDEX:XOR | code=ROW,COL | f32=INDEX:BITS: a
-# copy-on-write edit of the shard of FOLDER that holds TENSOR (the others stay hard links):
-# the tensor dropped (from its shard and the index), byte INDEX of its data xor'ed with
-# XOR, the I8 code at [ROW, COL] moved two steps (toward zero if |q| > 100), or F32
-# element INDEX given the bit pattern BITS. Prints what it did.
-edit_tensor() {
-  python3 - "$@" <<'PY'
-import json, os, struct, sys
-folder, tensor, edit = sys.argv[1:4]
-index_path = f"{folder}/model.safetensors.index.json"
-index = json.load(open(index_path))
-shard = f"{folder}/{index['weight_map'][tensor]}"
-raw = bytearray(open(shard, "rb").read())
-(n,) = struct.unpack("<Q", raw[:8])
-header = json.loads(raw[8:8 + n])
-if edit == "drop":
-    data = raw[8 + n:]
-    entries = sorted(((k, v) for k, v in header.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"][0])
-    out_header, out_data = ({"__metadata__": header["__metadata__"]} if "__metadata__" in header else {}), bytearray()
-    for name, entry in entries:
-        begin, end = entry["data_offsets"]
-        if name == tensor:
-            continue
-        out_header[name] = dict(entry, data_offsets=[len(out_data), len(out_data) + end - begin])
-        out_data += data[begin:end]
-    text = json.dumps(out_header).encode()
-    text += b" " * (-len(text) % 8)
-    raw = struct.pack("<Q", len(text)) + text + out_data
-    del index["weight_map"][tensor]
-    os.unlink(index_path)
-    json.dump(index, open(index_path, "w"))
-    print(f"dropped {tensor}")
-else:
-    entry = header[tensor]
-    base = 8 + n + entry["data_offsets"][0]
-    kind, arg = edit.split("=")
-    if kind == "f32":  # element INDEX of an F32 tensor set to the bit pattern BITS
-        at, bits = (int(v, 0) for v in arg.split(":"))
-        raw[base + 4 * at:base + 4 * at + 4] = struct.pack("<I", bits)
-        print(f"{tensor}: element {at} = bits 0x{bits:08X}")
-    elif kind == "byte":
-        at, xor = (int(v, 0) for v in arg.split(":"))
-        raw[base + at] ^= xor
-        print(f"{tensor}: data byte {at} xor 0x{xor:02X}")
-    else:
-        assert entry["dtype"] == "I8", entry
-        row, col = (int(v) for v in arg.split(","))
-        at = base + row * entry["shape"][1] + col
-        q = struct.unpack("b", raw[at:at + 1])[0]
-        new = q + 2 if abs(q) <= 100 else q - 2 * (1 if q > 0 else -1)
-        raw[at:at + 1] = struct.pack("b", new)
-        print(f"{tensor}[{row}, {col}]: code {q} -> {new}")
-os.unlink(shard)  # a hard link (of the good output, or of the source): replace, never write through
-with open(shard, "wb") as f:
-    f.write(raw)
-PY
-}
-
-copy_of() { cp -al "$WORK/$1" "$WORK/$2"; }
-
 # expect_fail NAME DST CATEGORY TEXT [JOB]: verify of DST (against JOB, default the demo job)
 # exits non-zero without crashing, prints a FAIL line containing TEXT, the FAILED summary,
 # and a table row for CATEGORY with at least one failure. A case that does not is recorded

@@ -70,18 +70,9 @@ attempt() {
   ATTEMPT=$((ATTEMPT + 1))
   local log="$WORK/attempt$ATTEMPT.log" before="$WORK/before$ATTEMPT" after="$WORK/after$ATTEMPT"
   done_chunks "$CKPT" >"$before"
-  local rc=0
-  if [[ $spec == wall:* ]]; then
-    # shellcheck disable=SC2046
-    SHARDQ_TEST_CHUNK_DELAY_MS=$WALL_DELAY_MS SHARDQ_LOG=debug $(shardq_cmd "$np" "${ARGS[@]}") >"$log" 2>&1 &
-    local pid=$!
-    STARTED_PIDS+=("$pid")
-    sleep "${spec#wall:}"
-    kill_tree "$pid"
-    wait "$pid" || rc=$?
-  else
-    SHARDQ_CRASH_AT=$spec SHARDQ_LOG=debug run_shardq "$np" "$log" "${ARGS[@]}" || rc=$?
-  fi
+  local rc=0 delay_ms=$SHARDQ_TEST_CHUNK_DELAY_MS
+  [[ $spec == wall:* ]] && delay_ms=$WALL_DELAY_MS # paced so that the kill lands mid-run
+  SHARDQ_TEST_CHUNK_DELAY_MS=$delay_ms SHARDQ_LOG=debug killed_run "$spec" "$np" "$log" "${ARGS[@]}" || rc=$?
   wait_for_no_rank "$DST"
   done_chunks "$CKPT" >"$after"
   echo "attempt $ATTEMPT: $spec on $np ranks (0 = no mpirun): exit $rc, $(wc -l <"$before") -> $(wc -l <"$after") chunks done"

@@ -56,11 +56,7 @@ SHARDQ_TEST_CHUNK_DELAY_MS=60 SHARDQ_LOG=debug $(shardq_cmd 2 "$JOB" "${COMMON[@
   >"$WORK/first.log" 2>&1 &
 FIRST=$!
 STARTED_PIDS+=("$FIRST")
-for _ in $(seq 1 600); do
-  grep -q "assign" "$WORK/first.log" 2>/dev/null && break
-  sleep 0.05
-done
-grep -q "assign" "$WORK/first.log" || fail "the first run handed out no work within 30 s: $(tail -5 "$WORK/first.log")"
+wait_for_log "$WORK/first.log" "$FIRST" "assign"
 holder=$(rank_pid "$FIRST" 0) || fail "no rank 0 under mpirun $FIRST"
 for lock in "$DST/.shardq/run.lock" "$CKPT.lock"; do
   grep -qx "pid=$holder" "$lock" || fail "$lock does not name rank 0 ($holder): $(cat "$lock")"
@@ -143,10 +139,7 @@ echo "live_host: $line"
 SHARDQ_TEST_CHUNK_DELAY_MS=40 SHARDQ_LOG=debug $(shardq_cmd 0 "$JOB" "${COMMON[@]}" --dst "$WORK/twice") >"$WORK/twice.log" 2>&1 &
 twice=$!
 STARTED_PIDS+=("$twice")
-for _ in $(seq 1 600); do
-  grep -q "assign" "$WORK/twice.log" 2>/dev/null && break
-  sleep 0.05
-done
+wait_for_log "$WORK/twice.log" "$twice" "assign"
 kill -TERM "$twice"
 kill -INT "$twice" # another signal: two of one kind may merge into one while pending
 rc=0

@@ -1,5 +1,5 @@
 # Sourced by tests/slurm/test_*.sh: a throwaway single-node Slurm on localhost
-# (munged, slurmctld, slurmd started directly, no systemd), as in shared/ref/CLUSTER.md.
+# (munged, slurmctld, slurmd started directly, no systemd): docs/cluster.md "Testing with a local Slurm".
 #
 #   local_slurm_start DIR   writes DIR/slurm.conf, starts what is not running, exports
 #                           SLURM_CONF; returns 1 with the daemons' error printed if

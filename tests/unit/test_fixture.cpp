@@ -16,8 +16,8 @@
 
 #include "kernels/formats.h"
 #include "stages/engram_config.h"
-#include "pipeline/fixture.h"
-#include "pipeline/fixture_content.h"
+#include "fixture/fixture.h"
+#include "fixture/fixture_content.h"
 #include "pipeline/io/safetensors.h"
 #include "stages/engram_layout.h"
 
@@ -397,8 +397,12 @@ TEST(Fixture, RealCountShapeHasTheRealTensorCount) {
         EXPECT_EQ(spec.shape, shape) << spec.name;
         if (weight) ++(m[1] == "mtp" ? mtp_experts : main_experts);
         expert_ids.insert(std::stoi(m[3]));
-        if (m[1] == "layers") EXPECT_EQ(s, size_t(std::stoi(m[2]))) << spec.name; // one shard per layer
-        if (m[1] == "mtp") EXPECT_EQ(s, 41u + size_t(std::stoi(m[2]))) << spec.name;
+        if (m[1] == "layers") {
+          EXPECT_EQ(s, size_t(std::stoi(m[2]))) << spec.name; // one shard per layer
+        }
+        if (m[1] == "mtp") {
+          EXPECT_EQ(s, 41u + size_t(std::stoi(m[2]))) << spec.name;
+        }
       }
       if (spec.dtype == Dtype::F8_E4M3 && spec.name.ends_with(".weight") && !spec.name.ends_with("embed.weight")) {
         ++fp8_linears;

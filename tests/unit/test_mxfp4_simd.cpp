@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "hwy/targets.h"
 #include "kernels/mxfp4.h"
 #include "kernels/nvfp4.h"
+#include "simd_targets.h"
 #include "stages/codec.h"
 #include "stages/recipes/recipe.h"
 
@@ -91,16 +91,6 @@ void expect_fused_equals_ref(const Fp8Row& row, const std::string& what) {
   expect_same(simd_of(x), want, what + " (decoded row)");
 }
 
-// Runs `check(target name)` once per SIMD target the CPU supports and the build generated.
-template <class Check>
-void for_each_target(Check check) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    check(std::string(" on ") + hwy::TargetName(target));
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
-
 // Normal values times 2^u, u uniform in [-spread, spread]: the spread of real weights.
 std::vector<float> random_row(std::mt19937& rng, size_t cols, float spread) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -160,7 +150,7 @@ void expect_rows_equal_ref(const std::vector<float>& values, const std::string& 
 } // namespace
 
 TEST(Mxfp4Simd, RandomRowsEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(11);
     // Widths of 1, 2, 8, 9, 15 and 224 blocks: whole groups of 8 blocks and remainders.
     for (int trial = 0; trial < 200; ++trial)
@@ -171,7 +161,7 @@ TEST(Mxfp4Simd, RandomRowsEqualRef) {
 }
 
 TEST(Mxfp4Simd, MixedRowsEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(2024);
     for (int trial = 0; trial < 2000; ++trial)
       expect_simd_equals_ref(mixed_row(rng, 256), "mixed " + std::to_string(trial) + on);
@@ -183,7 +173,7 @@ TEST(Mxfp4Simd, MixedRowsEqualRef) {
 TEST(Mxfp4Simd, TiesAtEveryMidpointEqualRef) {
   const float quotients[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f,
                              1.0f,  1.5f,  2.0f,  3.0f,  4.0f, 6.0f, 0.125f};
-  for_each_target([&](const std::string& on) {
+  test::for_each_simd_target([&](const std::string& on) {
     for (int k : {-140, -130, -127, -126, -100, -20, -5, -4, -1, 0, 1, 3, 4, 20, 100, 124, 125}) {
       const float unit = std::ldexp(1.0f, k);
       std::vector<float> row;
@@ -207,7 +197,7 @@ TEST(Mxfp4Simd, TiesAtEveryMidpointEqualRef) {
 // Exact zeros (nibble 8), -0.0, all-zero blocks of either sign, and tiny values whose
 // quotient is or is not zero, of either sign, next to a large block maximum.
 TEST(Mxfp4Simd, ZerosNegativeZerosAndUnderflowsEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::vector<float> row(256, 0.0f);                       // block 0: all +0
     for (size_t i = 32; i < 64; ++i) row[i] = -0.0f;         // block 1: all -0
     for (size_t i = 64; i < 96; ++i) row[i] = i % 2 ? -0.0f : 0.0f;
@@ -239,7 +229,7 @@ TEST(Mxfp4Simd, AmaxNearSixTimesPowersOfTwoEqualsRef) {
       if (to_bits(anchor) > ulps) amaxes.push_back(from_bits(to_bits(anchor) - ulps));
     }
   }
-  for_each_target([&](const std::string& on) {
+  test::for_each_simd_target([&](const std::string& on) {
     std::mt19937 rng(3);
     expect_rows_equal_ref(rows_led_by(amaxes, rng), "near 6 * 2^k" + on);
   });
@@ -259,7 +249,7 @@ TEST(Mxfp4Simd, AmaxOverEveryExponentAndTheShortcutBoundEqualsRef) {
         if (std::isfinite(amax)) amaxes.push_back(amax);
     }
   }
-  for_each_target([&](const std::string& on) {
+  test::for_each_simd_target([&](const std::string& on) {
     std::mt19937 rng(5);
     expect_rows_equal_ref(rows_led_by(amaxes, rng), "exponent sweep" + on);
   });
@@ -268,7 +258,7 @@ TEST(Mxfp4Simd, AmaxOverEveryExponentAndTheShortcutBoundEqualsRef) {
 // FLT_MAX (byte 253: 4 * 2^126 overflows in the dequantized fp32, inf sums), values near it,
 // and infinities (byte 254, outside the ref's precondition but the same bytes).
 TEST(Mxfp4Simd, HugeValuesAndInfinitiesEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::vector<float> row(256, 1.0f);
     row[0] = kMax;                                   // block 0
     row[32] = -kMax, row[33] = kMax / 3;             // block 1
@@ -287,7 +277,7 @@ TEST(Mxfp4Simd, HugeValuesAndInfinitiesEqualRef) {
 // NaN is outside the ref's precondition; the SIMD kernel still gives its bytes (amax skips
 // NaN, its nibble is 0xF) and NaN sums.
 TEST(Mxfp4Simd, NaNValuesGiveTheRefBytes) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(9);
     std::vector<float> row = random_row(rng, 256, 3.0f);
     row[3] = kNaN, row[40] = -kNaN;
@@ -302,7 +292,7 @@ TEST(Mxfp4Simd, NaNValuesGiveTheRefBytes) {
 // block holds 32 consecutive codes, so every code leads some block and sits under others.
 TEST(Mxfp4Simd, EveryFp8CodeTimesScalesEqualsDecodeThenRef) {
   const int source_scales[] = {0, 1, 2, 20, 100, 117, 120, 127, 134, 200, 240, 246, 247, 250, 252, 253, 254, 255};
-  for_each_target([&](const std::string& on) {
+  test::for_each_simd_target([&](const std::string& on) {
     for (int scale : source_scales) {
       for (int rotation = 0; rotation < 32; rotation += 5) {
         Fp8Row row{std::vector<uint8_t>(256), std::vector<uint8_t>(8, uint8_t(scale))};
@@ -327,7 +317,7 @@ TEST(Mxfp4Simd, EveryFp8CodeTimesScalesEqualsDecodeThenRef) {
 // off (up to 254, past the fp16 decode's range), per block; widths 256 (Engram), 7168 and
 // two that end in a partial group of blocks.
 TEST(Mxfp4Simd, RandomFp8RowsEqualDecodeThenRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(17);
     for (int trial = 0; trial < 300; ++trial) {
       for (size_t cols : {96, 256, 288, 7168}) {
@@ -377,7 +367,7 @@ TEST(Mxfp4SimdCodec, EngramMxfp4ChunkEqualsDecodeThenRef) {
   }
   ASSERT_GT(want_stats.zero_blocks, 0u);
 
-  for_each_target([&](const std::string& on) {
+  test::for_each_simd_target([&](const std::string& on) {
     const CodecParams params;
     const EncodeContext context{params, 0.0f, nullptr};
     const ChunkInput chunk{task, 0, kRows, {codes, scales}, nullptr};

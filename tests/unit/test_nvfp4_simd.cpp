@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "hwy/targets.h"
 #include "kernels/nvfp4.h"
+#include "simd_targets.h"
 #include "nvfp4_test_util.h"
 
 using namespace shardq;
@@ -54,20 +54,10 @@ std::vector<float> tie_row() {
   return row;
 }
 
-// Runs `check(target name)` once per SIMD target the CPU supports and the build generated.
-template <class Check>
-void for_each_target(Check check) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    check(std::string(" on ") + hwy::TargetName(target));
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
-
 } // namespace
 
 TEST(Nvfp4Simd, RandomRowsEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(7);
     for (int cols : {16, 32, 256, 1024, 7168}) {
       const auto row = random_values(rng, size_t(cols), 3.0f);
@@ -77,7 +67,7 @@ TEST(Nvfp4Simd, RandomRowsEqualRef) {
 }
 
 TEST(Nvfp4Simd, ZerosAndNegativeZerosEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::vector<float> row(256, 0.0f);
     expect_simd_equals_ref(row, 1.0f, "zeros" + on);
     for (size_t i = 0; i < row.size(); i += 3) row[i] = -0.0f;
@@ -88,7 +78,7 @@ TEST(Nvfp4Simd, ZerosAndNegativeZerosEqualRef) {
 }
 
 TEST(Nvfp4Simd, TinyBlocksWithScaleUnderflowEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(11);
     auto row = random_values(rng, 512, 2.0f);
     for (size_t i = 256; i < row.size(); ++i) row[i] *= 1e-7f; // blocks far below 2^-9 * 6 * global
@@ -102,7 +92,7 @@ TEST(Nvfp4Simd, TinyBlocksWithScaleUnderflowEqualRef) {
 }
 
 TEST(Nvfp4Simd, HugeDynamicRangeEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(13);
     const auto row = random_values(rng, 2048, 60.0f);
     expect_simd_equals_ref(row, Nvfp4::global_scale(amax_of(row)), "huge range" + on);
@@ -114,7 +104,7 @@ TEST(Nvfp4Simd, HugeDynamicRangeEqualRef) {
 }
 
 TEST(Nvfp4Simd, ExactTiesAtEveryE2M1MidpointEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     const auto row = tie_row();
     expect_simd_equals_ref(row, 1.0f, "ties" + on);
     expect_simd_equals_ref(row, 0.5f, "ties, global 0.5" + on);
@@ -162,7 +152,7 @@ void expect_lanes_equal_scalar(const std::vector<float>& blocks, int counted, fl
 } // namespace
 
 TEST(Nvfp4SimdLanes, RandomTilesEqualScalarChooser) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(17);
     for (float spread : {1.0f, 3.0f, 40.0f}) {
       const auto blocks = random_values(rng, size_t(64 * Nvfp4::block), spread);
@@ -175,7 +165,7 @@ TEST(Nvfp4SimdLanes, RandomTilesEqualScalarChooser) {
 }
 
 TEST(Nvfp4SimdLanes, ZeroTinyAndTieBlocksEqualScalarChooser) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(19);
     auto blocks = random_values(rng, size_t(16 * Nvfp4::block), 2.0f);
     for (int e = 0; e < Nvfp4::block; ++e) blocks[size_t(3) * 16 + e] = (e % 2) ? -0.0f : 0.0f; // a zero block
@@ -189,7 +179,7 @@ TEST(Nvfp4SimdLanes, ZeroTinyAndTieBlocksEqualScalarChooser) {
 }
 
 TEST(Fp8DequantizeSimd, EveryCodeTimesScalesEqualsScalar) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     // 256 codes in every group position, eight groups, then a 17-value tail group.
     const uint8_t scale_codes[] = {0, 1, 100, 127, 130, 200, 254, 0xFF};
     for (uint8_t scale_code : scale_codes) {
@@ -209,7 +199,7 @@ TEST(Fp8DequantizeSimd, EveryCodeTimesScalesEqualsScalar) {
 }
 
 TEST(Nvfp4DequantizeSimd, EveryByteAndScaleCodeEqualsScalar) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     // 256 blocks: block b has scale code b (every E4M3 code, NaN and zero included) and
     // bytes that walk all 256 values over the row, so every nibble pair meets every scale.
     const int blocks = 256, cols = blocks * Nvfp4::block;
@@ -232,7 +222,7 @@ TEST(Nvfp4DequantizeSimd, EveryByteAndScaleCodeEqualsScalar) {
 }
 
 TEST(Nvfp4SimdLanes, BlockErrorsEqualScalar) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(23);
     constexpr int lanes = 32;
     auto blocks = random_values(rng, size_t(lanes * Nvfp4::block), 3.0f);
@@ -264,7 +254,7 @@ TEST(Nvfp4SimdLanes, BlockErrorsEqualScalar) {
 // with tails shorter than a vector of blocks, an extreme range and zero blocks, with the
 // row's own NVFP4 values and with arbitrary ones.
 TEST(Nvfp4Simd, RowReportSumsEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(29);
     for (int cols : {16, 48, 256, 7168}) {
       for (float range : {3.0f, 124.0f}) {
