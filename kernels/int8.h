@@ -9,16 +9,31 @@ namespace shardq {
 
 struct Int8 {
   static constexpr int max_code = 127; // symmetric: -128 is never written
-  // Report sums are kept in this many fp64 lanes (Int8RowSums): 16 is a whole number of
-  // vectors at every power-of-two width (2 of AVX-512's 8 doubles, 8 of NEON's 2).
+  // Report sums (Int8RowSums) run in this many lanes: 16 is a whole number of vectors at
+  // every power-of-two width (one AVX-512 vector of 16 floats, 2 of AVX2's 8).
   static constexpr int sum_lanes = 16;
+  // Columns per fp32 partial sum: each lane adds 256 / 16 = 16 terms in fp32, then widens.
+  static constexpr int sum_block = 256;
+  // The exponent k of the report terms' unit 2^-k (Int8RowSums) for a row's scale.
+  static int sum_exponent(float scale);
 };
 
-// One row's report terms in fp64: sum x^2 and sum (deq - x)^2, deq = q * scale in fp32.
-// Each term is exact (an fp32 value squared; deq - x is an fp32 value too, by Sterbenz's
-// lemma). Element i is added to lane i % Int8::sum_lanes in element order, each lane from
-// +0; then the lanes are folded in halves (fold_int8_sum_lanes): the order a vector of
-// lanes adds them in, identical on every target.
+// One row's report terms: sum x^2 and sum (deq - x)^2, deq = q * scale in fp32. Cheap,
+// deterministic, and precise enough for a report figure (relative error a few 1e-7 against
+// an fp64 sum in element order; bounded at 1e-5 in tests/unit/test_int8.cpp):
+// - the terms are taken at the scale's binade: k = max(ilogb(scale), -126), unit = 2^-k
+//   (an fp32 power of two), x' = x * unit, m = scale * unit, e' = q * m - x' (fp32
+//   operations; exact, so x' and e' are x and deq - x times 2^-k, for every x of a normal
+//   scale's row that is not below 2^-126 after scaling). Every |x'| < 256: no square
+//   overflows fp32, and only terms negligible in the row underflow;
+// - the row is cut into blocks of Int8::sum_block columns (the last may be shorter); in a
+//   block, element i's term t (x' or e') goes to fp32 lane i % Int8::sum_lanes in element
+//   order, each lane from +0, as lane = fma(t, t, lane): one rounding (std::fma in the
+//   ref, a fused multiply-add in SIMD);
+// - at the block's end each fp32 lane is widened to fp64 and added to the row's fp64 lane
+//   of the same index (each from +0);
+// - the 16 fp64 lanes are folded in halves (fold_int8_sum_lanes), then times 2^(2k) (exact).
+// Every target adds the same terms in the same order: the sums are identical bits.
 struct Int8RowSums {
   double source_sq = 0.0;
   double error_sq = 0.0;

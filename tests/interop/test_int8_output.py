@@ -198,6 +198,9 @@ def test_report_figures(work, linears):
         for kind, k in kinds.items():
             tensors, error_sq, reference_sq, rows = sums[(ignored, kind)]
             assert k["tensors"] == tensors and k["rows"] == rows, (section, kind)
-            assert abs(k["rel_rms_error"] - np.sqrt(error_sq / reference_sq)) <= 1e-9, (section, kind, k["rel_rms_error"])
+            # INT8 rows sum their terms in fp32 lanes (docs/formats.md "INT8"): within 1e-5.
+            want = np.sqrt(error_sq / reference_sq)
+            tolerance = 1e-5 * want if section == "int8" else 1e-9
+            assert abs(k["rel_rms_error"] - want) <= tolerance, (section, kind, k["rel_rms_error"], want)
     assert report["all_zero_rows"] == 0
     assert report["parameters"]["ignore"] == IGNORE

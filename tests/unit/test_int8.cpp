@@ -57,18 +57,40 @@ double fold(const double* lanes, int residue = 0, int stride = 1) {
   return fold(lanes, residue, stride * 2) + fold(lanes, residue + stride, stride * 2);
 }
 
-// The report terms, recomputed here: x^2 and (q * scale - x)^2 in fp64, element i added to
-// lane i % 16 in element order, the 16 lanes then folded (docs/formats.md "INT8").
+// The report terms, recomputed here (docs/formats.md "INT8"): at the scale's binade
+// (2^-k, k = max(ilogb(scale), -126)), x' = x * 2^-k and e' = q * (scale * 2^-k) - x' in
+// fp32, fma'd into fp32 lane i % 16 over each block of 256 columns, the blocks' lanes
+// widened to fp64 lane by lane, the 16 fp64 lanes folded, times 2^2k.
 Int8RowSums expected_sums(const std::vector<float>& x, const std::vector<int8_t>& codes, float scale) {
+  const int k = std::max(std::ilogb(scale), -126);
+  const float unit = std::ldexp(1.0f, -k), m = scale * unit;
   double source[16] = {}, error[16] = {};
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double e = double(float(codes[i]) * scale) - double(x[i]);
-    source[i % 16] += double(x[i]) * double(x[i]);
-    error[i % 16] += e * e;
+  for (size_t block = 0; block < x.size(); block += 256) {
+    float block_source[16] = {}, block_error[16] = {};
+    for (size_t i = block; i < std::min(x.size(), block + 256); ++i) {
+      const float xs = x[i] * unit, e = float(codes[i]) * m - xs;
+      block_source[i % 16] = std::fma(xs, xs, block_source[i % 16]);
+      block_error[i % 16] = std::fma(e, e, block_error[i % 16]);
+    }
+    for (int l = 0; l < 16; ++l) {
+      source[l] += double(block_source[l]);
+      error[l] += double(block_error[l]);
+    }
   }
   Int8RowSums sums;
-  sums.source_sq = fold(source);
-  sums.error_sq = fold(error);
+  sums.source_sq = std::ldexp(fold(source), 2 * k);
+  sums.error_sq = std::ldexp(fold(error), 2 * k);
+  return sums;
+}
+
+// The same sums in fp64, element order: what the report figures approximate.
+Int8RowSums fp64_sums(const std::vector<float>& x, const std::vector<int8_t>& codes, float scale) {
+  Int8RowSums sums;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double e = double(float(codes[i]) * scale) - double(x[i]);
+    sums.source_sq += double(x[i]) * double(x[i]);
+    sums.error_sq += e * e;
+  }
   return sums;
 }
 
@@ -115,9 +137,11 @@ TEST(Int8Quantize, JustOffTiesRoundToNearest) {
   EXPECT_EQ(quantize(row).codes, as_codes({127, 3, 3, -3, -3}));
 }
 
-// The sums' order, by hand: x0^2 = 2^62 (one fp64 ulp there is 1024) and three terms of 256
-// at columns 1, 17 and 33. In element order each 256 is under half an ulp and vanishes: 2^62.
-// In lanes they meet first (lane 1: 768), and 2^62 + 768 rounds up to 2^62 + 1024. The
+// The sums' order, by hand: x0 = 2^31 and three 16s at columns 1, 17 and 33. The scale
+// (2^31 / 127) has exponent 24, so the terms are taken at 2^-24: x0' = 128 (square 2^14,
+// where one fp64 ulp is 2^-38) and three 2^-20 (squares 2^-40) in lane 1. In element order
+// each 2^-40 is under half an ulp and vanishes: 2^14. In lanes they meet first (lane 1:
+// 3 * 2^-40), and 2^14 + 3 * 2^-40 rounds up to 2^14 + 2^-38; times 2^48: 2^62 + 1024. The
 // 16s quantize to 0 (error 256 each); 2^31 comes back exactly (127 * fl(2^31 / 127) =
 // 2^31 - 8, which rounds to 2^31 in fp32).
 TEST(Int8Quantize, SumsAddLaneByLane) {
@@ -129,6 +153,70 @@ TEST(Int8Quantize, SumsAddLaneByLane) {
   EXPECT_EQ(q.codes[1], 0);
   EXPECT_EQ(q.sums.source_sq, 0x1p62 + 1024.0);
   EXPECT_EQ(q.sums.error_sq, 768.0);
+}
+
+// The fp32 blocks, by hand (scale 1: unit 1, terms are x and q - x). Lane 0 holds
+// 127^2 = 16129, where the fp32 ulp is 2^-10: column 16's 2^-12 (a quarter ulp) vanishes in
+// its block's lane 0. Column 256 starts the next block: its 2^-12 is widened to fp64 alone
+// and added to the row's lane 0 exactly. Both 2^-6 quantize to 0 (error -2^-6, square
+// 2^-12) and nothing else is off: the error sum keeps both.
+TEST(Int8Quantize, SumsRoundInFp32WithinABlock) {
+  std::vector<float> row(257, 0.0f);
+  row[0] = 127.0f;
+  row[16] = row[256] = 0x1p-6f;
+  const Quantized q = quantize(row);
+  EXPECT_TRUE(same_bits(q.scale, 1.0f));
+  EXPECT_EQ(q.codes[16], 0);
+  EXPECT_EQ(q.codes[256], 0);
+  EXPECT_EQ(q.sums.source_sq, 16129.0 + 0x1p-12);
+  EXPECT_EQ(q.sums.error_sq, 0x1p-11);
+}
+
+// The terms are taken at the scale's binade: a row of 2^40 and a row of 2^-80 sum without
+// overflow or underflow in fp32, to the same bits as the row at 1 scaled by 2^80 / 2^-160.
+TEST(Int8Quantize, SumsAtTheScalesBinade) {
+  const std::vector<float> base = {127.0f, 3.3f, -0.7f, 100.25f, 1e-3f};
+  const Quantized one = quantize(base);
+  for (const int exponent : {40, -80}) {
+    std::vector<float> row = base;
+    for (float& v : row) v = std::ldexp(v, exponent);
+    const Quantized q = quantize(row);
+    EXPECT_EQ(q.codes, one.codes) << exponent;
+    EXPECT_EQ(q.sums.source_sq, std::ldexp(one.sums.source_sq, 2 * exponent)) << exponent;
+    EXPECT_EQ(q.sums.error_sq, std::ldexp(one.sums.error_sq, 2 * exponent)) << exponent;
+  }
+}
+
+// Precise enough for a report figure: within 1e-5 (relative) of fp64 sums in element
+// order, on rows of decoded FP8 (E4M3 times E8M0 per 32) and of normal floats at many
+// magnitudes and widths.
+TEST(Int8Quantize, SumsWithin1e5OfFp64) {
+  std::mt19937 rng(14);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  double worst = 0.0;
+  for (const int cols : {16, 256, 300, 2048, 7168, 18432}) {
+    for (int trial = 0; trial < 12; ++trial) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      if (trial % 2 == 0) {
+        for (int c = 0; c < cols; ++c) {
+          uint8_t code = uint8_t(rng());
+          if (E4M3::is_nan(code)) code = 0;
+          row[size_t(c)] = e4m3_to_float(code) * e8m0_to_float(uint8_t(110 + (c / 32 * 7 + trial) % 12));
+        }
+      } else {
+        const float magnitude = std::ldexp(1.0f, trial * 9 - 50);
+        for (float& v : row) v = normal(rng) * magnitude;
+      }
+      const Quantized q = quantize(row);
+      const Int8RowSums want = fp64_sums(row, q.codes, q.scale);
+      const double source_error = std::fabs(q.sums.source_sq - want.source_sq) / want.source_sq;
+      const double error_error = std::fabs(q.sums.error_sq - want.error_sq) / want.error_sq;
+      EXPECT_LE(source_error, 1e-5) << cols << "/" << trial;
+      EXPECT_LE(error_error, 1e-5) << cols << "/" << trial;
+      worst = std::max({worst, source_error, error_error});
+    }
+  }
+  EXPECT_GT(worst, 0.0) << "fp32 lanes never rounded: the test proves nothing";
 }
 
 // An all-zero row (signed zeros too): scale 1.0, codes 0, flagged, sums 0.
@@ -180,7 +268,7 @@ TEST(Int8Quantize, OneHugeValue) {
 // Rows of many shapes and spreads: scale = amax / 127 (fp32 division) bit for bit, max |q|
 // reaches 127 exactly, no -128 ever, every code the nearest integer to x / scale (fp64:
 // within half a step plus the fp32 quotient's rounding), ties to even in fp32, and the
-// row's sums equal to an fp64 recomputation lane by lane.
+// row's sums equal to their definition recomputed here (expected_sums).
 TEST(Int8Quantize, RandomRowsInvariants) {
   std::mt19937 rng(20251017);
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -295,6 +295,36 @@ TEST(Int8Simd, Fp4RowsEqualDecodeAndRef) {
   });
 }
 
+// The fused rows take the amax from a key per code (|code| and the scale byte): blocks
+// whose scale byte is the row's largest but whose codes are all small (subnormal E4M3, or
+// E2M1 0.5 and 1), so that the amax is another block's, a small code's, or one a binade
+// off; and rows where a subnormal code is the amax outright.
+TEST(Int8Simd, SourceAmaxKeysEqualDecodeAndRef) {
+  for_each_target([](const std::string& on) {
+    std::mt19937 rng(1717);
+    for (int trial = 0; trial < 400; ++trial) {
+      const int cols = 32 * int(1 + rng() % 12);
+      SourceRow fp8 = random_source(rng, cols, true, 118, 6);
+      SourceRow fp4 = random_source(rng, cols, false, 118, 6);
+      const int small = int(rng() % 10); // largest |code| in the top blocks: 0..9 (E4M3), 0..2 (E2M1)
+      for (size_t block = 0; block < fp8.scales.size(); ++block) {
+        if (rng() % 3 != 0) continue;
+        fp8.scales[block] = fp4.scales[block] = uint8_t(124 + rng() % (trial % 2 ? 2 : 8));
+        for (size_t c = 32 * block; c < 32 * block + 32; ++c) fp8.codes[c] = uint8_t(rng() % (small + 1)) | uint8_t(rng() & 0x80);
+        for (size_t b = 16 * block; b < 16 * block + 16; ++b) {
+          fp4.codes[b] = uint8_t((rng() % (small % 3 + 1)) | (rng() % (small % 3 + 1)) << 4 | (rng() & 0x88));
+        }
+      }
+      if (trial % 7 == 0) { // only small codes anywhere
+        for (auto& c : fp8.codes) c = uint8_t((c & 0x80) | (c & 0x7F) % (small + 1));
+        for (auto& c : fp4.codes) c &= 0x99;
+      }
+      expect_fp8_equals_ref(fp8, label("fp8 amax keys", cols, trial, on));
+      expect_fp4_equals_ref(fp4, label("fp4 amax keys", cols, trial, on));
+    }
+  });
+}
+
 TEST(Int8Simd, ZeroSourceRowsEqualDecodeAndRef) {
   for_each_target([](const std::string& on) {
     for (int cols : {32, 96, 2048, 8200}) {
