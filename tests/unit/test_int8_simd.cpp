@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "hwy/targets.h"
 #include "kernels/formats.h"
 #include "kernels/int8.h"
+#include "simd_targets.h"
 
 using namespace shardq;
 
@@ -62,16 +62,6 @@ void expect_same(const Quantized& got, const Quantized& want, const std::string&
 
 void expect_simd_equals_ref(const std::vector<float>& row, const std::string& what) {
   expect_same(simd_of(row), ref_of(row), what);
-}
-
-// Runs `check(" on <target>")` once per SIMD target the CPU supports and the build generated.
-template <class Check>
-void for_each_target(Check check) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    check(std::string(" on ") + hwy::TargetName(target));
-  }
-  hwy::SetSupportedTargetsForTest(0);
 }
 
 // Widths at and around every edge the kernel has: a vector (4, 8 or 16 lanes), the 16 sum
@@ -143,7 +133,7 @@ SourceRow random_source(std::mt19937& rng, int cols, bool fp8, int low, int span
 // ---------------------------------------------------------------- float rows
 
 TEST(Int8Simd, RandomRowsEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(8);
     for (int cols : kWidths)
       for (int trial = 0; trial < (cols > 4096 ? 3 : 40); ++trial)
@@ -154,7 +144,7 @@ TEST(Int8Simd, RandomRowsEqualRef) {
 // amax 127 * 2^k makes the scale exactly 2^k: then every (j + 0.5) * 2^k is an exact tie,
 // which goes to even, in every lane; one ulp either side goes to the nearer neighbour.
 TEST(Int8Simd, TiesAtEveryHalfStepEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     for (int k : {-100, -20, -1, 0, 1, 30, 100}) {
       const float unit = std::ldexp(1.0f, k);
       std::vector<float> row = {127.0f * unit};
@@ -174,7 +164,7 @@ TEST(Int8Simd, TiesAtEveryHalfStepEqualRef) {
 // Scales that are not powers of two: quotients land within an ulp of a half step (the
 // amax's own quotient is 127 +- an ulp, amax / 2 is 63.5 +- an ulp).
 TEST(Int8Simd, NearTiesEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(63);
     for (int trial = 0; trial < 2000; ++trial) {
       const float amax = std::bit_cast<float>(uint32_t(120u << 23) | uint32_t(rng() & 0x7FFFFF));
@@ -192,7 +182,7 @@ TEST(Int8Simd, NearTiesEqualRef) {
 }
 
 TEST(Int8Simd, AllZeroRowsEqualRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     for (int cols : kWidths) {
       std::vector<float> row(size_t(cols), 0.0f);
       for (size_t i = 0; i < row.size(); i += 3) row[i] = -0.0f;
@@ -208,7 +198,7 @@ TEST(Int8Simd, AllZeroRowsEqualRef) {
 // x / 0 = +-inf, clamped; such a row holds no zero, as 0 / 0 has no code).
 TEST(Int8Simd, SubnormalsEqualRef) {
   const float denorm = std::numeric_limits<float>::denorm_min();
-  for_each_target([&](const std::string& on) {
+  test::for_each_simd_target([&](const std::string& on) {
     std::mt19937 rng(126);
     for (int cols : {5, 16, 33, 100, 2048}) {
       std::vector<float> row = random_row(rng, cols, 3.0f);
@@ -228,7 +218,7 @@ TEST(Int8Simd, SubnormalsEqualRef) {
 
 // One value 10^4 (or far more) times the rest, anywhere in the row: everything else is 0.
 TEST(Int8Simd, OneHugeValueEqualsRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(4);
     for (int cols : {17, 256, 7168}) {
       for (float huge : {1e30f, -3.0e38f, std::numeric_limits<float>::max(), 5.0e-30f}) {
@@ -244,7 +234,7 @@ TEST(Int8Simd, OneHugeValueEqualsRef) {
 // ---------------------------------------------------------------- source rows
 
 TEST(Int8Simd, Fp8RowsEqualDecodeAndRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(88);
     for (int cols : kWidths) {
       for (int trial = 0; trial < (cols > 4096 ? 2 : 12); ++trial) {
@@ -267,7 +257,7 @@ TEST(Int8Simd, Fp8RowsEqualDecodeAndRef) {
 // The source's own ties: a row's amax code with the same mantissa one binade down (or the
 // same code under a scale byte one lower) is amax / 2, a quotient of 63.5 +- an ulp.
 TEST(Int8Simd, Fp8HalfAmaxEqualsDecodeAndRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(635);
     for (int trial = 0; trial < 300; ++trial) {
       SourceRow row = random_source(rng, 96, true, 120, 2);
@@ -280,7 +270,7 @@ TEST(Int8Simd, Fp8HalfAmaxEqualsDecodeAndRef) {
 }
 
 TEST(Int8Simd, Fp4RowsEqualDecodeAndRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(44);
     for (int cols : kWidths) {
       if (cols % 2) continue;
@@ -300,7 +290,7 @@ TEST(Int8Simd, Fp4RowsEqualDecodeAndRef) {
 // E2M1 0.5 and 1), so that the amax is another block's, a small code's, or one a binade
 // off; and rows where a subnormal code is the amax outright.
 TEST(Int8Simd, SourceAmaxKeysEqualDecodeAndRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     std::mt19937 rng(1717);
     for (int trial = 0; trial < 400; ++trial) {
       const int cols = 32 * int(1 + rng() % 12);
@@ -326,7 +316,7 @@ TEST(Int8Simd, SourceAmaxKeysEqualDecodeAndRef) {
 }
 
 TEST(Int8Simd, ZeroSourceRowsEqualDecodeAndRef) {
-  for_each_target([](const std::string& on) {
+  test::for_each_simd_target([](const std::string& on) {
     for (int cols : {32, 96, 2048, 8200}) {
       SourceRow fp8{std::vector<uint8_t>(size_t(cols), 0x80), std::vector<uint8_t>(size_t(cols + 31) / 32, 127), cols};
       expect_fp8_equals_ref(fp8, label("fp8 zero", cols, 0, on));
