@@ -24,6 +24,7 @@
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/cpu/e4m3_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace shardq {
@@ -203,18 +204,10 @@ HWY_INLINE void QuantizeVectors(const float* x, size_t count, const RowScale& ro
 }
 
 // n E4M3 codes times their block's scale, as e4m3_to_float(code) * e8m0_to_float(scale):
-// the value built from its fields (no NaN code: a precondition), then one fp32 product.
+// the value built from its fields (E4M3ToFloat; no NaN code: a precondition), then one
+// fp32 product.
 HWY_INLINE VF DecodeFp8(const uint8_t* codes, VF scale) {
-  const DF df;
-  const DU du;
-  const auto code = hn::PromoteTo(du, hn::LoadU(D8(), codes));
-  const auto magnitude = hn::And(code, hn::Set(du, 0x7Fu));
-  const auto normal = hn::Add(hn::ShiftLeft<20>(magnitude), hn::Set(du, (127u - E4M3::bias) << 23));
-  const auto subnormal =
-      hn::BitCast(du, hn::Mul(hn::ConvertTo(df, hn::BitCast(DI(), magnitude)), hn::Set(df, E4M3::min_subnormal)));
-  auto bits = hn::IfThenElse(hn::Lt(magnitude, hn::Set(du, 8u)), subnormal, normal);
-  bits = hn::Or(bits, hn::ShiftLeft<24>(hn::And(code, hn::Set(du, 0x80u))));
-  return hn::Mul(hn::BitCast(df, bits), scale);
+  return hn::Mul(E4M3ToFloat(DF(), codes), scale);
 }
 
 // n E2M1 values (n / 2 bytes, low nibble first) times their block's scale, as

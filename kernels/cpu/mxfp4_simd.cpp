@@ -18,6 +18,7 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/mxfp4_simd.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/cpu/e4m3_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace shardq {
@@ -423,18 +424,7 @@ HWY_INLINE Mxfp4RowSums QuantizeRowFloat(const float* x, int cols, uint8_t* pack
 // kLanes E4M3 codes times an E8M0 scale as DequantizeRowFp8 (nvfp4_simd.cpp) decodes them:
 // the value from its fields (NaN for magnitude 0x7F), times the scale in fp32.
 HWY_INLINE VF DecodeFp8Fields(const uint8_t* codes, VF scale) {
-  const DF df;
-  const DU du;
-  const hn::Rebind<uint8_t, DF> d8;
-  const auto code = hn::PromoteTo(du, hn::LoadU(d8, codes));
-  const auto magnitude = hn::And(code, hn::Set(du, 0x7Fu));
-  const auto normal = hn::Add(hn::ShiftLeft<20>(magnitude), hn::Set(du, (127u - E4M3::bias) << 23));
-  const auto subnormal =
-      hn::BitCast(du, hn::Mul(hn::ConvertTo(df, hn::BitCast(DI(), magnitude)), hn::Set(df, E4M3::min_subnormal)));
-  auto bits = hn::IfThenElse(hn::Lt(magnitude, hn::Set(du, 8u)), subnormal, normal);
-  bits = hn::Or(bits, hn::ShiftLeft<24>(hn::And(code, hn::Set(du, 0x80u))));
-  bits = hn::IfThenElse(hn::Eq(magnitude, hn::Set(du, 0x7Fu)), hn::Set(du, 0x7FC00000u), bits);
-  return hn::Mul(hn::BitCast(df, bits), scale);
+  return hn::Mul(E4M3ToFloat(DF(), codes), scale);
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 // F16C

@@ -13,6 +13,7 @@
 #define HWY_TARGET_INCLUDE "kernels/cpu/nvfp4_simd.cpp"
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/cpu/e4m3_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace shardq {
@@ -717,10 +718,7 @@ void RowReportSums(const float* x, const float* deq, int cols, BlockStats& stats
 void DequantizeRowFp8(const uint8_t* codes, const uint8_t* scales, int cols, float* out) {
   using D = hn::CappedTag<float, 32>; // 32 % N == 0: one scale per vector
   const D d;
-  const hn::RebindToUnsigned<D> du;
-  const hn::Rebind<uint8_t, D> d8;
   const size_t n = hn::Lanes(d);
-  const auto magnitude_mask = hn::Set(du, 0x7Fu), nan = hn::Set(du, 0x7FC00000u);
   int g = 0;
   for (; (g + 1) * 32 <= cols; ++g) {
     const uint32_t scale_code = scales[g];
@@ -731,15 +729,7 @@ void DequantizeRowFp8(const uint8_t* codes, const uint8_t* scales, int cols, flo
     const auto scale = hn::Set(d, std::bit_cast<float>(scale_bits));
     for (size_t i = 0; i < 32; i += n) {
       const size_t at = size_t(g) * 32 + i;
-      const auto code = hn::PromoteTo(du, hn::LoadU(d8, codes + at));
-      const auto magnitude = hn::And(code, magnitude_mask);
-      const auto normal = hn::Add(hn::ShiftLeft<20>(magnitude), hn::Set(du, (127u - E4M3::bias) << 23));
-      const auto subnormal = hn::BitCast(du, hn::Mul(hn::ConvertTo(d, hn::BitCast(hn::RebindToSigned<D>(), magnitude)),
-                                                     hn::Set(d, E4M3::min_subnormal)));
-      auto bits = hn::IfThenElse(hn::Lt(magnitude, hn::Set(du, 8u)), subnormal, normal);
-      bits = hn::Or(bits, hn::ShiftLeft<24>(hn::And(code, hn::Set(du, 0x80u))));
-      bits = hn::IfThenElse(hn::Eq(magnitude, magnitude_mask), nan, bits);
-      hn::StoreU(hn::Mul(hn::BitCast(d, bits), scale), d, out + at);
+      hn::StoreU(hn::Mul(E4M3ToFloat(d, codes + at), scale), d, out + at);
     }
   }
   for (int i = g * 32; i < cols; ++i) out[i] = e4m3_to_float(codes[i]) * e8m0_to_float(scales[i / 32]);
