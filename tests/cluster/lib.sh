@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by tests/cluster/test_*.sh (sourced, not a test itself): the resume tests'
 # helpers (a work folder on the shared file system, fail, digests) and a test bed of
 # four hosts (testbed.sh) up for the test's life and torn down however it ends.

@@ -26,15 +26,24 @@ job_state() { scontrol show job -o "$job_id" 2>/dev/null | grep -oE 'JobState=[A
 wait_for() {
   local seconds=$1 what=$2
   shift 2
-  testbed_wait_for "$seconds" "$@" || fail "no $what after $seconds s (job $job_id: $(job_state)); log: $(tail -5 "$log" 2>&1)"
+  testbed_wait_for "$seconds" "$@" && return
+  cat "$log"
+  tail -n 20 "$TESTBED_STATE"/slurm/slurm*.log
+  fail "no $what after $seconds s (job $job_id: $(job_state))"
 }
 running() { [ "$(job_state)" = RUNNING ]; }
 progressed() { running && (($(chunks_done) >= interrupt_after_chunks)); }
 pending() { [ "$(job_state)" = PENDING ]; }
-completed() { [ "$(job_state)" = COMPLETED ]; }
+completed() {
+  case "$(job_state)" in
+    COMPLETED) return 0 ;;
+    FAILED | CANCELLED | NODE_FAIL) scontrol show job "$job_id"; return 2 ;; # testbed_wait_for stops
+    *) return 1 ;;
+  esac
+}
 
 echo "== sbatch slurm/shardq.sbatch (its defaults) from $WORK"
-cd "$WORK"
+cd "$WORK" || fail "no work folder"
 job_id=$(sbatch --parsable "$SHARDQ_SOURCE_DIR/slurm/shardq.sbatch" "$JOB" --src "$WORK/src" \
   "${overrides[@]}" --dst "$WORK/out") || fail "sbatch refused the job"
 log=$WORK/shardq-shardq-$job_id.log
@@ -44,8 +53,10 @@ echo "== scancel -b -s USR1 $job_id at $(chunks_done) chunks"
 scancel -b -s USR1 "$job_id"
 wait_for 60 "requeue" pending
 at_requeue=$(chunks_done)
-# A requeued job is held back a few minutes (Slurm sets its begin time); let it start now.
-scontrol update jobid="$job_id" starttime=now
+# A requeued job is held back a few minutes (Slurm sets its begin time); let it start in
+# 3 s: not in the second of the requeue, whose credential revocation the nodes also apply
+# to a credential made in that second ("Job credential revoked").
+scontrol update jobid="$job_id" starttime=now+3
 wait_for 240 "completion after the requeue" completed
 cat "$log"
 

@@ -35,12 +35,16 @@ testbed_netns() { echo "shardq-$1"; }
 testbed_addr() { echo "$TESTBED_SUBNET.${1#spark}"; }
 testbed_holder_pid() { cat "$TESTBED_STATE/pids/holder-$1.pid" 2>/dev/null; }
 
-# Waits until CMD succeeds, at most SECONDS.
+# Waits until CMD succeeds, at most SECONDS; stops early if CMD returns 2 (never will).
 testbed_wait_for() {
-  local seconds=$1; shift
+  local seconds=$1 code
+  shift
   local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
+  while true; do
+    code=0
+    "$@" || code=$?
+    ((code == 0)) && return 0
+    ((code != 2 && SECONDS < deadline)) || return 1
     sleep 0.2
   done
 }
@@ -251,13 +255,14 @@ testbed_stop_pidfile() {
 }
 
 # Every process in HOST's namespaces but its holder: by the UTS namespace the holder made
-# (one `ls` of every process's link: a readlink per process takes seconds on a busy box).
+# (one `ls` of every process's link: a readlink per process takes seconds on a busy box;
+# ls fails for processes that end meanwhile).
 testbed_host_pids() {
   local holder uts
   holder=$(testbed_holder_pid "$1") || return 0
   uts=$(readlink "/proc/$holder/ns/uts") || return 0
   # shellcheck disable=SC2012 # the link targets are what is wanted, and they are plain text
-  ls -l /proc/[0-9]*/ns/uts 2>/dev/null | awk -v uts="$uts" -v holder="/proc/$holder/ns/uts" \
+  { ls -l /proc/[0-9]*/ns/uts 2>/dev/null || true; } | awk -v uts="$uts" -v holder="/proc/$holder/ns/uts" \
     '$NF == uts && $(NF - 2) != holder { split($(NF - 2), path, "/"); print path[3] }'
 }
 
@@ -288,7 +293,8 @@ testbed_down() {
   local -
   set +e # every step runs, even after one fails
   local file host
-  [ -n "${TESTBED_LOCKED:-}" ] || testbed_lock || return 1 # by hand: not while a test uses it
+  # Only the shell holding the lock tears down: a test that never got it made nothing.
+  [ -n "${TESTBED_LOCKED:-}" ] || return 0
   if [ -d "$TESTBED_STATE" ]; then
     for file in "$TESTBED_STATE"/pids/slurmd-*.pid "$TESTBED_STATE"/pids/slurmctld.pid \
       "$TESTBED_STATE"/pids/sshd-*.pid; do
@@ -315,7 +321,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -euo pipefail
   case "${1:-}" in
     up) testbed_up "${2:-4}" ;;
-    down) testbed_down ;;
+    down) testbed_lock && testbed_down ;; # waits while a test uses the test bed
     *) echo "usage: $0 up [N] | down" >&2; exit 2 ;;
   esac
 fi
