@@ -225,8 +225,9 @@ main() {
         ((until_done && try < max_tries)) && continue
         break
       fi
-      [ "$OMPI_MCA_orte_execute_quiet" = 1 ] &&
-        log "mpirun exited $code; OMPI_MCA_orte_execute_quiet=0 shows Open MPI's own explanation"
+      # Quiet, mpirun does not say which rank ended how: give what the exit code tells.
+      [ "$OMPI_MCA_orte_execute_quiet" = 1 ] && log "mpirun exited $code$( ((code > 128)) &&
+        echo " (a rank ended by signal $((code - 128)))"); OMPI_MCA_orte_execute_quiet=0 shows Open MPI's explanation"
     fi
     ((code == EXIT_INTERRUPTED)) || break
     if ((stopped_by_user || !until_done)); then
