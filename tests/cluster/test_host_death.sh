@@ -9,7 +9,7 @@
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-readonly DEATH_BOUND_S=20 # measured ~6 s on the 2-core CI box; Open MPI needs ~4 of them
+readonly DEATH_BOUND_S=20 # measured 5.5-10 s on the 2-core CI box; Open MPI needs ~4 of them
 readonly VICTIM=spark3 VICTIM_RANK=2
 # 411 chunks at 100 ms more each (~12 s on four hosts): killed once rank 0 has handed
 # out a tenth of them (its debug log), the run is mid-way whatever the box.
