@@ -81,7 +81,10 @@ testbed_add_names() {
 # "Host *" after it puts options at the top of the old file back in the global scope.
 testbed_add_ssh_config() {
   local old=""
-  mkdir -p -m 700 /root/.ssh
+  if [ ! -d /root/.ssh ]; then
+    mkdir -m 700 /root/.ssh
+    touch "$TESTBED_STATE/made-ssh-folder" # removed again if left empty
+  fi
   [ -f "$TESTBED_SSH_CONFIG" ] && old=$(cat "$TESTBED_SSH_CONFIG")
   {
     printf '%s\n' "# >>> $TESTBED_TAG (removed by tests/cluster/testbed.sh down)" \
@@ -311,6 +314,7 @@ testbed_down() {
   testbed_drop_tagged_lines /etc/hosts
   testbed_drop_tagged_lines "$TESTBED_SSH_CONFIG"
   [ -s "$TESTBED_SSH_CONFIG" ] || rm -f "$TESTBED_SSH_CONFIG"
+  [ -e "$TESTBED_STATE/made-ssh-folder" ] && rmdir /root/.ssh 2>/dev/null
   rm -rf "$TESTBED_STATE"
   rmdir "$TESTBED_TMPFS" 2>/dev/null
   TESTBED_HOSTS=()
