@@ -190,7 +190,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=cred_expire=30
+AuthInfo=cred_expire=30,socket=$TESTBED_STATE/munge/munge.socket
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -229,16 +229,26 @@ testbed_nodes_idle() {
   [ "$(sinfo -h -N -o '%T' 2>/dev/null | grep -c '^idle$')" -eq "${#TESTBED_HOSTS[@]}" ]
 }
 
+# The test bed's own munged, key and socket (AuthInfo socket=): the machine's munged may
+# belong to another test that stops it while this one runs.
+testbed_start_munge() {
+  local dir=$TESTBED_STATE/munge
+  mkdir -p "$dir"
+  mungekey --create --keyfile "$dir/munge.key" && chmod 400 "$dir/munge.key" || return 1
+  /usr/sbin/munged --socket="$dir/munge.socket" --key-file="$dir/munge.key" --seed-file="$dir/munged.seed" \
+    --pid-file="$TESTBED_STATE/pids/munged.pid" --log-file="$dir/munged.log" 9>&- \
+    || { cat "$dir/munged.log"; return 1; }
+}
+
 # slurmctld here (SlurmctldHost must be this machine's own name), one slurmd per host,
-# started inside the host with nsenter (see testbed_exec); munged as tests/slurm does.
+# started inside the host with nsenter (see testbed_exec).
 testbed_slurm_up() {
   local dir=$TESTBED_STATE/slurm host
-  command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
-    || { testbed_log "slurmctld/slurmd are not installed (scripts/deps.sh)"; return 1; }
+  command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \
+    || { testbed_log "slurmctld/slurmd/munged are not installed (scripts/deps.sh)"; return 1; }
   # shellcheck source=../slurm/local_slurm.sh
-  source "$(dirname "${BASH_SOURCE[0]}")/../slurm/local_slurm.sh"
-  local_slurm_start_munge 9>&- || return 1
-  ((${#LOCAL_SLURM_PIDS[@]})) && echo "${LOCAL_SLURM_PIDS[0]}" >"$TESTBED_STATE/pids/munged.pid"
+  source "$(dirname "${BASH_SOURCE[0]}")/../slurm/local_slurm.sh" # local_slurm_free_port
+  testbed_start_munge || return 1
   testbed_write_slurm_conf "$dir"
   export SLURM_CONF=$dir/slurm.conf
   slurmctld -f "$SLURM_CONF" -i 9>&- || { cat "$dir/slurmctld.log"; return 1; }
