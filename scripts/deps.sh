@@ -10,6 +10,7 @@ debs=(
   libtomlplusplus-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
   clang libclang-rt-14-dev gnuplot-nox time
   munge slurmctld slurmd slurm-client
+  openssh-server openssh-client iproute2 # tests/cluster: hosts as network namespaces
   python3-pip
 )
 

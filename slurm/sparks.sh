@@ -4,8 +4,12 @@
 #
 #   slurm/sparks.sh [--hostfile FILE] [--until-done] [--max-tries N] JOB.toml [shardq run options]
 #
+# Before launching: every host in the hostfile must answer over ssh and have
+# SPARK_IFNAME up; otherwise the script names the host and exits 2.
 # Ctrl-C or SIGTERM: every rank stops taking work, rank 0 flushes the checkpoint, the
 # run exits 75 and this script prints the command that resumes it (the same command).
+# A host lost mid-run: the other ranks are stopped, the script names the host and its
+# ranks and exits 75; the checkpoint is safe, the same command resumes once it is back.
 # A second Ctrl-C stops the ranks at once; the checkpoint on disk still reads back.
 # --until-done: rerun while shardq exits 75 for a reason other than this script being
 # stopped (a node's shutdown sent SIGTERM to its rank, say), at most --max-tries runs.
@@ -31,6 +35,8 @@
 #   NCCL_IB_HCA    optional RoCE devices for NCCL (e.g. rocep1s0f1,roceP2p1s0f1: both
 #                  halves of the port), passed to the ranks when set
 #   MPIRUN_ARGS    extra mpirun arguments (word-split), e.g. "--mca pml ucx"
+#   OMPI_MCA_orte_execute_quiet  1 (default): Open MPI's pages of explanation after a
+#                  failure are left out (this script names a lost host); 0 shows them
 set -uo pipefail
 
 readonly script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,6 +53,8 @@ export UCX_NET_DEVICES=${UCX_NET_DEVICES:-$SPARK_IFNAME}
 export OMPI_MCA_btl_tcp_if_include=${OMPI_MCA_btl_tcp_if_include:-$SPARK_IFNAME}
 export OMPI_MCA_oob_tcp_if_include=${OMPI_MCA_oob_tcp_if_include:-$SPARK_IFNAME}
 export HDF5_USE_FILE_LOCKING=FALSE
+export OMPI_MCA_orte_execute_quiet=${OMPI_MCA_orte_execute_quiet:-1}
+readonly SSH_TIMEOUT_S=5 # per host check; the checks run in parallel
 
 mpirun_pid=""
 stopped_by_user=0
@@ -86,6 +94,78 @@ checkpoint_of() {
 }
 
 hosts_in() { grep -cvE '^[[:space:]]*(#|$)' "$1"; }
+host_names() { awk '!/^[[:space:]]*(#|$)/ { print $1 }' "$1"; }
+
+is_this_host() { [ "$1" = localhost ] || [ "$1" = "$(hostname)" ] || [ "$1" = "$(hostname -s)" ]; }
+
+# Prints why HOST cannot run ranks, nothing if it can: it must answer over ssh (mpirun
+# launches there with ssh; not for this host, which mpirun starts locally) and have
+# SPARK_IFNAME up (administratively and with a link: UP and LOWER_UP).
+host_problem() {
+  local host=$1 out code=0 flags
+  local check="ip -o link show dev '$SPARK_IFNAME'"
+  if is_this_host "$host"; then
+    out=$(bash -c "$check" 2>&1) || code=$?
+  else
+    out=$(ssh -o BatchMode=yes -o ConnectTimeout="$SSH_TIMEOUT_S" "$host" "$check" </dev/null 2>&1) || code=$?
+    ((code == 255)) && { echo "does not answer over ssh (${out//$'\n'/ })"; return; }
+  fi
+  ((code == 0)) || { echo "has no interface $SPARK_IFNAME (SPARK_IFNAME): ${out//$'\n'/ }"; return; }
+  flags=${out#*<}
+  flags=",${flags%%>*},"
+  [[ $flags == *,UP,* && $flags == *,LOWER_UP,* ]] || echo "has $SPARK_IFNAME (SPARK_IFNAME) down: <${flags:1:-1}>"
+}
+
+# Checks every host in parallel (a dead one costs SSH_TIMEOUT_S, not that per host); prints
+# "HOST: problem" for each that cannot run ranks; like grep, succeeds if it printed any.
+hosts_with_problems() {
+  local dir host found=1 checks=()
+  dir=$(mktemp -d)
+  for host in $(host_names "$hostfile"); do
+    host_problem "$host" >"$dir/$host" &
+    checks+=($!)
+  done
+  wait "${checks[@]}"
+  for host in $(host_names "$hostfile"); do
+    [ -s "$dir/$host" ] && { echo "$host: $(cat "$dir/$host")"; found=0; }
+  done
+  rm -rf "$dir"
+  return "$found"
+}
+
+check_hosts() {
+  local problems
+  problems=$(hosts_with_problems) || return 0
+  log "not launching: $(echo "$problems" | paste -sd ';' | sed 's/;/; /g')"
+  log "every host in $hostfile must answer over ssh (passwordless, BatchMode) and have SPARK_IFNAME=$SPARK_IFNAME up"
+  exit 2
+}
+
+# The ranks on the Nth host of the hostfile (from 0), when the mapping is this script's
+# own one rank set per host in hostfile order.
+ranks_on() {
+  local per_node=${RANKS_PER_NODE:-1} first
+  first=$(($1 * per_node))
+  if [ -n "${MAP_BY:-}" ] || [ -n "${NP:-}" ]; then echo "its ranks"
+  elif ((per_node == 1)); then echo "rank $first"
+  else echo "ranks $first-$((first + per_node - 1))"
+  fi
+}
+
+# After mpirun failed: a host that no longer answers (or lost its interface) is why. Names
+# each with its ranks and returns 0; returns 1 if every host looks fine.
+report_lost_hosts() {
+  local problems host index=0 lost=()
+  problems=$(hosts_with_problems) || return 1
+  for host in $(host_names "$hostfile"); do
+    grep -q "^$host: " <<<"$problems" && lost+=("$host ($(ranks_on "$index"))")
+    index=$((index + 1))
+  done
+  log "lost ${lost[*]}: the other ranks were stopped; the checkpoint $(checkpoint_of "${run_args[@]}") is safe" \
+    "(every chunk it records is on disk)"
+  log "$(echo "$problems" | paste -sd ';' | sed 's/;/; /g')"
+  log "resume with the same command once every host is back: $(printf '%q ' "$0" "${original_args[@]}")"
+}
 
 # Ctrl-C / TERM reach only this script (mpirun runs in its own session); pass USR1 on,
 # which mpirun hands to every rank. Not TERM or INT: mpirun answers those by killing
@@ -99,6 +179,7 @@ on_stop() {
 }
 
 run_once() {
+  check_hosts
   local exports=(-x PATH -x NCCL_SOCKET_IFNAME -x UCX_NET_DEVICES -x HDF5_USE_FILE_LOCKING) var
   for var in LD_LIBRARY_PATH NCCL_IB_HCA; do
     [ -n "${!var:-}" ] && exports+=(-x "$var")
@@ -137,6 +218,17 @@ main() {
   for ((try = 1; ; try++)); do
     run_once
     code=$?
+    if ((code != 0 && code != EXIT_INTERRUPTED && !stopped_by_user)); then
+      if report_lost_hosts; then
+        code=$EXIT_INTERRUPTED
+        # --until-done: try again; the check before the launch refuses while a host is missing.
+        ((until_done && try < max_tries)) && continue
+        break
+      fi
+      # Quiet, mpirun does not say which rank ended how: give what the exit code tells.
+      [ "$OMPI_MCA_orte_execute_quiet" = 1 ] && log "mpirun exited $code$( ((code > 128)) &&
+        echo " (a rank ended by signal $((code - 128)))"); OMPI_MCA_orte_execute_quiet=0 shows Open MPI's explanation"
+    fi
     ((code == EXIT_INTERRUPTED)) || break
     if ((stopped_by_user || !until_done)); then
       report_interrupted

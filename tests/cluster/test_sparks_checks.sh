@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# slurm/sparks.sh checks every host before launching and refuses (exit 2, no rank
+# started) naming the host: one whose sshd is gone, one whose SPARK_IFNAME is down, and
+# every host when SPARK_IFNAME names no interface there.
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+cluster_up
+"$SHARDQ_BIN" fixture --preset dsv41-mini --out "$WORK/src" --engram-vocab 600 >/dev/null
+args=("$JOB" --src "$WORK/src" --dst "$WORK/out")
+
+# refused LOG EXPECTED: sparks.sh (environment as given) exited 2 with a line matching
+# EXPECTED, and launched nothing.
+refused() {
+  local log=$WORK/$1 expected=$2 code=0
+  sparks "$log" "${args[@]}" || code=$?
+  cat "$log"
+  ((code == 2)) || fail "sparks.sh exited $code, expected 2 (refused)"
+  grep -qE "not launching: .*$expected" "$log" || fail "no refusal matching '$expected'"
+  grep -q '\[rank ' "$log" && fail "ranks ran although the check failed"
+  [ ! -e "$WORK/out" ] || fail "the run started: $WORK/out exists"
+}
+
+echo "== SPARK_IFNAME names no interface"
+SPARK_IFNAME=enp1s0f1np1 refused no-iface.log \
+  "spark1: has no interface enp1s0f1np1 .*spark4: has no interface enp1s0f1np1"
+
+echo "== spark4's SPARK_IFNAME down (a second port, eth1, up on the others)"
+for host in "${TESTBED_HOSTS[@]}"; do
+  netns=$(testbed_netns "$host")
+  ip -n "$netns" link add eth1 type veth peer name eth1-peer # a link that can be up (no dummy module here)
+  ip -n "$netns" link set eth1-peer up
+  [ "$host" = spark4 ] || ip -n "$netns" link set eth1 up
+done
+SPARK_IFNAME=eth1 refused iface-down.log "spark4: has eth1 \\(SPARK_IFNAME\\) down"
+grep -qE 'spark[123]:' "$WORK/iface-down.log" && fail "hosts with eth1 up were named"
+
+echo "== spark4 does not answer over ssh"
+testbed_kill_host spark4
+refused no-ssh.log "spark4: does not answer over ssh"
+
+echo "== spark4 back: it runs"
+testbed_revive_host spark4
+sparks "$WORK/ok.log" "${args[@]}" || fail "sparks.sh after spark4 came back: $(tail -5 "$WORK/ok.log")"
+echo "PASS: sparks.sh refuses, naming the host, a dead host, a down interface and a missing one"
