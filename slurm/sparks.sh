@@ -24,10 +24,13 @@
 # Environment:
 #   SHARDQ_BIN     shardq binary (default: <this repo>/build/release/shardq)
 #   HOSTFILE       default for --hostfile (default: slurm/hostfile next to this script)
-#   RANKS_PER_NODE ranks on each Spark (default 1). The CPU backend computes on one
-#                  core per rank: set it to the cores to use (20 on a GB10) for CPU jobs.
+#   RANKS_PER_NODE ranks on each Spark (default 1: one rank per Spark, whose compute
+#                  threads use the node's cores)
+#   THREADS        compute threads per rank (default: this host's cores / RANKS_PER_NODE;
+#                  the Sparks are alike), passed on as --set run.threads=THREADS
 #   NP             ranks (default: hosts in the hostfile x RANKS_PER_NODE)
-#   MAP_BY         Open MPI mapping (default ppr:RANKS_PER_NODE:node)
+#   MAP_BY         Open MPI mapping (default ppr:RANKS_PER_NODE:node:pe=THREADS: each rank
+#                  bound to its THREADS cores; a MAP_BY of yours runs unbound)
 #   SPARK_IFNAME   the ConnectX-7 netdev, the SAME name on every node; find it with
 #                  `ibdev2netdev` (an "(Up)" enp1s0f*np* port; default enp1s0f1np1).
 #                  NCCL_SOCKET_IFNAME, UCX_NET_DEVICES, OMPI_MCA_btl_tcp_if_include and
@@ -184,9 +187,12 @@ run_once() {
   for var in LD_LIBRARY_PATH NCCL_IB_HCA; do
     [ -n "${!var:-}" ] && exports+=(-x "$var")
   done
+  local mapping=(--map-by "ppr:${RANKS_PER_NODE:-1}:node:pe=$threads")
+  [ -n "${MAP_BY:-}" ] && mapping=(--map-by "$MAP_BY" --bind-to none)
+  # run.threads first: a --set run.threads of the caller's comes later and wins.
   # shellcheck disable=SC2086 # MPIRUN_ARGS is a list of words on purpose
-  setsid mpirun --hostfile "$hostfile" -np "$np" --map-by "${MAP_BY:-ppr:${RANKS_PER_NODE:-1}:node}" --bind-to none \
-    "${exports[@]}" ${MPIRUN_ARGS:-} "$SHARDQ_BIN" run "${run_args[@]}" </dev/null &
+  setsid mpirun --hostfile "$hostfile" -np "$np" "${mapping[@]}" \
+    "${exports[@]}" ${MPIRUN_ARGS:-} "$SHARDQ_BIN" run --set "run.threads=$threads" "${run_args[@]}" </dev/null &
   mpirun_pid=$!
   local code
   while true; do
@@ -211,7 +217,9 @@ main() {
   parse_args "$@"
   [ -r "$hostfile" ] || { log "no hostfile '$hostfile' (copy slurm/hostfile.example)"; exit 2; }
   np=${NP:-$(($(hosts_in "$hostfile") * ${RANKS_PER_NODE:-1}))}
-  log "$np ranks from $hostfile over $SPARK_IFNAME: $SHARDQ_BIN run ${run_args[*]}"
+  threads=${THREADS:-$(($(nproc) / ${RANKS_PER_NODE:-1}))}
+  ((threads >= 1)) || threads=1
+  log "$np ranks x $threads threads from $hostfile over $SPARK_IFNAME: $SHARDQ_BIN run ${run_args[*]}"
   trap on_stop INT TERM
 
   local try code

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # slurm/sparks.sh as the README documents it, started on the first of four hosts (one
-# rank per host, launched over ssh, TCP over eth0): the demo job of every product
+# rank per host with a compute thread per core of its host, launched over ssh, TCP over
+# eth0): the demo job of every product
 # (jobs/demo-*.toml) gives the bytes of a single-rank run on one host, with both write
 # modes (run.write_mode owner and direct). Prints the four-host time next to one host's.
 # shellcheck source=lib.sh
@@ -29,8 +30,10 @@ for job in "$SHARDQ_SOURCE_DIR"/jobs/demo-*.toml; do
     dst=$WORK/$name-$mode
     seconds_of sparks "$WORK/$name-$mode.log" "$job" "${args[@]}" --set "run.write_mode=\"$mode\"" --dst "$dst" ||
       fail "$name over four hosts ($mode): $(tail -5 "$WORK/$name-$mode.log")"
-    grep -q "4 ranks, .* write mode $mode" "$WORK/$name-$mode.log" ||
-      fail "$name: not 4 ranks with write mode $mode: $(grep -m1 'ranks,' "$WORK/$name-$mode.log")"
+    grep -q "4 ranks x $(nproc) threads, .* write mode $mode" "$WORK/$name-$mode.log" ||
+      fail "$name: not 4 ranks of $(nproc) threads with write mode $mode: $(grep -m1 'ranks x' "$WORK/$name-$mode.log")"
+    [[ $(grep -o '\[rank [0-9]\] \[info\] [a-z0-9-]*: 4 ranks x' "$WORK/$name-$mode.log" | sort -u | wc -l) == 4 ]] ||
+      fail "$name: not every rank started"
     same_output "$WORK/$name-one" "$dst"
     line+="; four hosts ($mode) $(cat "$WORK/seconds") s"
   done
