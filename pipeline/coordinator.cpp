@@ -248,12 +248,14 @@ void Coordinator::on_chunk_done(const ChunkResult& result) {
   crash_point("quantize");
 }
 
-void Coordinator::on_dropped(const WorkItem& item) {
-  --in_flight_;
-  const ItemKey key{size_t(item.task), uint64_t(item.index)};
-  if (item.kind == WorkKind::reduce) reduce_queue_.push_front(key);
-  if (item.kind == WorkKind::encode) encode_queue_.push_front(key);
-  if (item.kind == WorkKind::factor) factor_queue_.push_front(key);
+void Coordinator::on_dropped(const std::vector<WorkItem>& items) {
+  in_flight_ -= int(items.size());
+  for (auto item = items.rbegin(); item != items.rend(); ++item) { // the first ends up in front
+    const ItemKey key{size_t(item->task), uint64_t(item->index)};
+    if (item->kind == WorkKind::reduce) reduce_queue_.push_front(key);
+    if (item->kind == WorkKind::encode) encode_queue_.push_front(key);
+    if (item->kind == WorkKind::factor) factor_queue_.push_front(key);
+  }
 }
 
 void Coordinator::on_finalized(int shard) {

@@ -38,7 +38,7 @@ class Coordinator {
   void on_reduce(const ReduceResult& result);
   void on_factor(const Message& message);
   void on_chunk_done(const ChunkResult& result);
-  void on_dropped(const WorkItem& item);
+  void on_dropped(const std::vector<WorkItem>& items); // back in front of their queues, in order
   void on_finalized(int shard);
   void on_interrupt();
   void tick(); // saves, progress, finalization and the end of the run

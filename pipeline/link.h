@@ -25,7 +25,7 @@ enum class Tag : int {
   factor_result, // worker -> 0: FactorResult + gram + upper
   chunk_data,    // worker -> owner: ChunkResult + the task's output buffers
   chunk_done,    // writer -> 0: ChunkResult (bytes are durable)
-  dropped,       // worker -> 0: WorkItem not done (interrupted)
+  dropped,       // worker -> 0: WorkItems not done (interrupted)
   finalize,      // 0 -> owner: FinalizeShard + its group scalars
   finalized,     // owner -> 0: int32 shard
   factors,       // 0 -> worker: int32 set + a factor set's Gram and factor matrices

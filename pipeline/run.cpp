@@ -31,7 +31,7 @@ namespace {
 constexpr size_t kItemsPerThread = 2;
 // Source bytes a rank keeps queued when items are small (tiny tensors): enough that the
 // request round trip (up to an idle wait on each side) hides behind the work.
-constexpr uint64_t kQueuedBytes = uint64_t(8) << 20;
+constexpr uint64_t kQueuedBytes = uint64_t(2) << 20;
 constexpr auto kWaitRetry = std::chrono::milliseconds(20);
 // Idle, the main thread waits for its worker's next result, or this long for messages from
 // other ranks: on a node whose cores all compute, each wakeup takes a core from a compute
@@ -217,7 +217,7 @@ struct RankLoop {
       case Tag::reduce_result: coordinator->on_reduce(decode<ReduceResult>(m.bytes)); break;
       case Tag::factor_result: coordinator->on_factor(m); break;
       case Tag::chunk_done: coordinator->on_chunk_done(decode<ChunkResult>(m.bytes)); break;
-      case Tag::dropped: coordinator->on_dropped(decode<WorkItem>(m.bytes)); break;
+      case Tag::dropped: coordinator->on_dropped(decode_items(m.bytes)); break;
       case Tag::finalized: coordinator->on_finalized(decode<int32_t>(m.bytes)); break;
       case Tag::interrupt: coordinator->on_interrupt(); break;
       case Tag::chunk_data: write_received_chunk(m); break;

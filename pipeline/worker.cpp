@@ -93,13 +93,15 @@ void Worker::write_received(const ChunkResult& result, std::span<const uint8_t> 
 void Worker::cancel() {
   std::lock_guard lock(mutex_);
   cancel_ = true;
-  for (const auto& item : queue_) results_.push_back({0, Tag::dropped, encode(item)});
+  // Everything not yet computing goes back to rank 0 in one message.
+  std::vector<WorkItem> dropped(queue_.begin(), queue_.end());
   queue_.clear();
   for (auto& read : ready_) {
-    results_.push_back({0, Tag::dropped, encode(read.item)});
+    dropped.push_back(read.item);
     if (read.rows) free_rows_.push_back(std::move(read.rows));
   }
   ready_.clear();
+  if (!dropped.empty()) results_.push_back({0, Tag::dropped, encode_items(dropped)});
   queued_bytes_ = 0; // the item being read is dropped by the reader
 }
 
@@ -165,7 +167,7 @@ void Worker::read_loop() {
       reading_ = false;
       if (cancel_) {
         queued_bytes_ -= std::min(queued_bytes_, item_source_bytes(plan_, read.item));
-        results_.push_back({0, Tag::dropped, encode(read.item)});
+        results_.push_back({0, Tag::dropped, encode_items({read.item})});
         if (read.rows) free_rows_.push_back(std::move(read.rows));
       } else {
         ready_.push_back(std::move(read));
@@ -190,7 +192,7 @@ void Worker::compute_loop() {
     }
     changed_.notify_all(); // the reader may read the next item
     try {
-      if (cancel_) emit(0, Tag::dropped, encode(read.item));
+      if (cancel_) emit(0, Tag::dropped, encode_items({read.item}));
       else process(read, out);
     } catch (...) {
       fail(std::current_exception());
@@ -283,7 +285,7 @@ void Worker::do_encode(const WorkItem& item, SourceRows& rows, EncodedChunk& out
     if (it != factors_.end()) context.factors = it->second.get();
   }
   if (!encode_chunk(input, context, out, &cancel_)) {
-    emit(0, Tag::dropped, encode(item));
+    emit(0, Tag::dropped, encode_items({item}));
     return;
   }
   test_chunk_delay();

@@ -124,7 +124,10 @@ grep -q "shardq: error" "$WORK/killed.log" && fail "the run failed instead of be
 killed_s=$(seconds_since "$start")
 sleep 0.2 # the killed ranks' ends
 pending=$(pending_count "$CKPT" chunks)
-((pending < chunks - half / 2)) || fail "the killed run recorded too little: $pending of $chunks chunks pending after $half done"
+# Saves are paced to cost at most ~5% of the run (docs/checkpoint.md): at this fixture's
+# ~10K chunks/s the checkpoint may trail the kill by a second or two, some 20K chunks. It
+# must still have recorded a good part of what was done.
+((pending < chunks - half / 8)) || fail "the killed run recorded too little: $pending of $chunks chunks pending after $half done"
 ((pending > 0)) || fail "the killed run recorded every chunk"
 echo "killed at chunk $half of $chunks after $killed_s s (exit $rc): $pending chunks pending, $(checkpoint_size "$WORK/killed")"
 done_chunks "$CKPT" >"$WORK/done-before-resume"
