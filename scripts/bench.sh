@@ -112,15 +112,15 @@ PY
 # unless named, into a fresh dst; prints the wall seconds. Chunks of 65536 rows give the
 # 4M-row bench tables ~62 chunks each, so the pipeline's fill and drain weigh about what
 # they weigh in a real table (384M rows in 1M-row chunks: 366 chunks).
-# THREADS: run.threads per rank (default 1: one core per rank, as the figures before
-# threads were measured); the peak RSS of the ranks' largest process goes to $dst.rss (KiB).
+# THREADS: run.threads per rank (default: unset, the cores in the rank's affinity mask);
+# the peak RSS of the ranks' largest process goes to $dst.rss (KiB).
 e2e_run_seconds() { # work ranks dst [method] [threads]
-  local work=$1 ranks=$2 dst=$3 method=${4:-rtn} threads=${5:-1} start launcher=()
+  local work=$1 ranks=$2 dst=$3 method=${4:-rtn} threads=${5:-} start launcher=()
   [ "$ranks" -gt 1 ] && launcher=(mpirun -np "$ranks")
   rm -rf "$dst"
   start=$(now)
   /usr/bin/time -o "$dst.rss" -f %M "${launcher[@]}" "$build_dir/shardq" run jobs/demo-engram-nvfp4.toml \
-    --src "$work/src" --dst "$dst" --set "quant.method=\"$method\"" --set "run.threads=$threads" \
+    --src "$work/src" --dst "$dst" --set "quant.method=\"$method\"" ${threads:+--set "run.threads=$threads"} \
     --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-65536}" >"$dst.log" 2>&1 ||
     { echo "shardq run failed (-np $ranks):" >&2; tail -5 "$dst.log" >&2; return 1; }
   seconds_since "$start"
@@ -148,7 +148,7 @@ import sys
 size, cp_s, run_s, shards, load = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
 print(f"table shards: {shards}, {size / 1e9:.3f} GB in; load average {load}")
 print(f"{'cp + fsync':24s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s")
-print(f"{'shardq run rtn (1 rank)':24s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s")
+print(f"{'shardq run rtn (1 rank, all cores)':24s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s")
 print(f"{'ratio shardq / cp':24s} {run_s / cp_s:9.2f} (target <= 1.3)")
 PY
 }
@@ -168,15 +168,15 @@ bench_scaling() {
   for method in ${BENCH_SCALING_METHODS:-rtn gptq-mse}; do
     ones=() twos=()
     for ((pair = 0; pair < ${BENCH_PAIRS:-2}; pair++)); do
-      ones+=("$(e2e_run_seconds "$work" 1 "$work/out-np1" "$method")")
-      twos+=("$(e2e_run_seconds "$work" 2 "$work/out-np2" "$method")")
+      ones+=("$(e2e_run_seconds "$work" 1 "$work/out-np1" "$method" 1)")
+      twos+=("$(e2e_run_seconds "$work" 2 "$work/out-np2" "$method" 1)")
       for shard in $(e2e_table_shards "$work/src"); do
         cmp -s "$work/out-np1/$shard" "$work/out-np2/$shard" || echo "warning: -np 1 and -np 2 differ in $shard"
       done
     done
     if [ "${BENCH_CEILING:-1}" = 1 ]; then
-      e2e_run_seconds "$work" 1 "$work/out-c1" "$method" >"$work/c1.s" &
-      e2e_run_seconds "$work" 1 "$work/out-c2" "$method" >"$work/c2.s"
+      e2e_run_seconds "$work" 1 "$work/out-c1" "$method" 1 >"$work/c1.s" &
+      e2e_run_seconds "$work" 1 "$work/out-c2" "$method" 1 >"$work/c2.s"
       wait
       ceiling=$(python3 -c "import sys; print(max(float(open(f).read()) for f in sys.argv[1:]))" "$work/c1.s" "$work/c2.s")
       rm -rf "$work/out-c1" "$work/out-c2" "$work/c1.s" "$work/c2.s"
