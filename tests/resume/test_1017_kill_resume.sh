@@ -9,11 +9,14 @@ source "$(dirname "$0")/lib.sh"
 JOB1017="$SHARDQ_SOURCE_DIR/jobs/demo-1017-nvfp4.toml"
 make_fixture "$WORK/src"
 "$SHARDQ_BIN" fixture --preset dsv41-mini-ref-nvfp4 --out "$WORK/ref" --engram-vocab 600 >/dev/null
-ARGS=("$JOB1017" --src "$WORK/src" --set "quant.input_scales_from=\"$WORK/ref\"" --set run.rows_per_chunk=64)
+# One compute thread per rank and 5 ms a chunk (1592 chunks): every run stays under way
+# long enough for its kill, the wall-clock one included.
+ARGS=("$JOB1017" --src "$WORK/src" --set "quant.input_scales_from=\"$WORK/ref\"" --set run.rows_per_chunk=64
+  --set run.threads=1)
 run_shardq 0 "$WORK/ref.log" "${ARGS[@]}" --dst "$WORK/uninterrupted" || fail "uninterrupted run: $(tail -3 "$WORK/ref.log")"
 
 DST="$WORK/out"
-export SHARDQ_TEST_CHUNK_DELAY_MS=2
+export SHARDQ_TEST_CHUNK_DELAY_MS=5
 kills=0
 for spec in reduce:40 reduce:200 quantize:30 save:2 quantize:200 wall:1.5 save:3 finalize:1 finalize:1 index:1 config:1 report:1; do
   np=$((kills % 3))

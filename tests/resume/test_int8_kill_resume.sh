@@ -10,7 +10,9 @@ source "$(dirname "$0")/lib.sh"
 
 JOBINT8="$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml"
 make_fixture "$WORK/src"
-ARGS=("$JOBINT8" --src "$WORK/src" --set run.rows_per_chunk=64)
+# One compute thread per rank and 5 ms a chunk: every run stays under way long enough for
+# its kill, the wall-clock one included.
+ARGS=("$JOBINT8" --src "$WORK/src" --set run.rows_per_chunk=64 --set run.threads=1)
 run_shardq 0 "$WORK/ref.log" "${ARGS[@]}" --dst "$WORK/uninterrupted" || fail "uninterrupted run: $(tail -3 "$WORK/ref.log")"
 
 TOTAL_CHUNKS=$(done_chunks "$WORK/uninterrupted/.shardq/checkpoint.h5" | wc -l)
@@ -18,7 +20,7 @@ TOTAL_CHUNKS=$(done_chunks "$WORK/uninterrupted/.shardq/checkpoint.h5" | wc -l)
 
 DST="$WORK/out"
 CKPT="$DST/.shardq/checkpoint.h5"
-export SHARDQ_TEST_CHUNK_DELAY_MS=2
+export SHARDQ_TEST_CHUNK_DELAY_MS=5
 kills=0
 killed_specs=()
 attempt=0
