@@ -114,8 +114,10 @@ echo "requeued with $done_at_requeue/$total chunks in the checkpoint:"
 "$SHARDQ_BIN" status "$checkpoint"
 ((done_at_requeue > 0 && done_at_requeue < total)) \
   || fail "expected a partial checkpoint at the requeue, got $done_at_requeue/$total"
-# A requeued job waits cred_expire seconds before it may start again; skip the wait.
-scontrol update jobid="$job_id" starttime=now
+# A requeued job waits cred_expire seconds before it may start again; skip the wait, but
+# not to the second of the requeue: the node also refuses a credential made in the second
+# it revoked the old one ("Job credential revoked"), and the job would end there.
+scontrol update jobid="$job_id" starttime=now+3
 
 set +e
 wait "$sbatch_pid"
