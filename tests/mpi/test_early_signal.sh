@@ -17,15 +17,19 @@ REF="$WORK/ref"
 run_shardq 0 "$WORK/ref.log" "$JOB" "${COMMON[@]}" --dst "$REF" || fail "uninterrupted run failed: $(tail -5 "$WORK/ref.log")"
 
 # catching PID: the process runs shardq and has its TERM, INT and USR1 handlers (bits 14,
-# 1 and 9 of SigCgt); read without a fork while they are not in, so the poll is fast.
+# 1 and 9 of SigCgt). The shell that starts it catches those too until its exec (it has an
+# EXIT trap), and exec swaps the exe link a moment before it resets the handlers: so the
+# exe is read first, and a mask that also catches HUP (bit 0, which shardq never catches)
+# is the shell's. The status is read without a fork while the handlers are not in.
 catching() {
   local key mask
+  [[ $(readlink "/proc/$1/exe" 2>/dev/null) == "$SHARDQ_REAL" ]] || return 1
   while read -r key mask; do
-    [[ $key == SigCgt: ]] && (((16#$mask & 0x4202) == 0x4202)) &&
-      [[ $(readlink "/proc/$1/exe") == "$(readlink -f "$SHARDQ_BIN")" ]] && return 0
+    [[ $key == SigCgt: ]] && (((16#$mask & 0x4203) == 0x4202)) && return 0
   done 2>/dev/null <"/proc/$1/status"
   return 1
 }
+SHARDQ_REAL=$(readlink -f "$SHARDQ_BIN")
 
 # The processes to signal: shardq itself, or every rank under mpirun once all can catch.
 signal_targets() {
@@ -35,7 +39,7 @@ signal_targets() {
     ((np > 0)) && ranks=$(rank_pids "$pid")
     if [[ $(wc -w <<<"$ranks") == $((np > 0 ? np : 1)) ]]; then
       for rank in $ranks; do catching "$rank" || continue 2; done
-      echo "$ranks"
+      echo "${ranks//$'\n'/ }" # one line: read -ra takes the first line only
       return 0
     fi
     kill -0 "$pid" 2>/dev/null || return 1
