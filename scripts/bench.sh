@@ -266,39 +266,62 @@ for name, b in sorted(runs.items()):
 PY
 }
 
+# cp_vs_run SRC DST_DIR LABEL TARGET CMD...: the shards of SRC (from a warm page cache)
+# copied with `cp` + fsync into DST_DIR/cp, then CMD (which writes DST_DIR/out), in turn,
+# BENCH_ROUNDS times (default 3): the disk of a shared VM swings 2-4x between minutes, so
+# each round's ratio is taken between neighbours and the median ratio is the figure.
+# Prints every round, the medians, and the output size next to the input size.
+cp_vs_run() {
+  local src=$1 dir=$2 label=$3 target=$4
+  shift 4
+  local shards=() bytes=0 out_bytes=0 start cp_s run_s times=()
+  mapfile -t shards < <(cd "$src" && ls ./*.safetensors | sed 's#^./##')
+  for shard in "${shards[@]}"; do bytes=$((bytes + $(stat -c %s "$src/$shard"))); done
+  for ((round = 0; round < ${BENCH_ROUNDS:-3}; round++)); do
+    cat "${shards[@]/#/$src/}" >/dev/null
+    rm -rf "$dir/cp" "$dir/out" && mkdir -p "$dir/cp"
+    start=$(now)
+    for shard in "${shards[@]}"; do cp "$src/$shard" "$dir/cp/$shard" && sync "$dir/cp/$shard"; done
+    cp_s=$(seconds_since "$start")
+    rm -rf "$dir/cp"
+    cat "${shards[@]/#/$src/}" >/dev/null
+    start=$(now)
+    "$@" --dst "$dir/out" >"$dir/out.log" 2>&1 || { echo "shardq run failed:" >&2; tail -5 "$dir/out.log" >&2; return 1; }
+    run_s=$(seconds_since "$start")
+    out_bytes=$(cat "$dir"/out/*.safetensors | wc -c)
+    times+=("$cp_s" "$run_s")
+  done
+  rm -rf "$dir/out"
+  python3 - "$bytes" "$out_bytes" "${#shards[@]}" "$label" "$target" "$(cut -d' ' -f1-3 /proc/loadavg)" "${times[@]}" <<'PY'
+import statistics, sys
+size, out_size, shards, label, target, load = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6]
+times = [float(t) for t in sys.argv[7:]]
+rounds = list(zip(times[0::2], times[1::2]))
+print(f"rewritten shards: {shards}, {size / 1e9:.3f} GB in, {out_size / 1e9:.3f} GB out; load average {load}")
+for i, (cp_s, run_s) in enumerate(rounds):
+    print(f"round {i}: cp + fsync {cp_s:6.2f} s, shardq {run_s:6.2f} s, ratio {run_s / cp_s:5.2f}")
+cp_s = statistics.median(c for c, _ in rounds)
+run_s = statistics.median(r for _, r in rounds)
+print(f"{'cp + fsync (median)':28s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s")
+print(f"{label + ' (median)':28s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s in, {out_size / run_s / 1e9:.3f} GB/s out")
+print(f"{'median ratio shardq / cp':28s} {statistics.median(r / c for c, r in rounds):9.2f} (target <= {target})")
+# Per byte written, where the output is the larger: what the disk alone would make of it.
+if out_size > size:
+    print(f"{'  per byte written':28s} {statistics.median((r / out_size) / (c / size) for c, r in rounds):9.2f}")
+PY
+}
+
 # The whole nvfp4-1017 job (one rank) on the e2e fixture (>= 1 GB Engram tables) and its
-# reference, next to `cp` + fsync of the shards it rewrites, both from a warm page cache.
-# Target: shardq <= 1.3x cp.
+# reference, next to `cp` + fsync of the shards it rewrites (cp_vs_run). Target: <= 1.3x.
 bench_1017() {
-  local work ref shards=() bytes=0 start cp_s run_s
+  local work ref
   work=$(e2e_fixture)
   ref="$work/ref"
   if [ ! -f "$ref/model.safetensors.index.json" ]; then
     "$build_dir/shardq" fixture --preset dsv41-mini-ref-nvfp4 --out "$ref" --engram-vocab "${BENCH_ENGRAM_VOCAB:-170000}" >/dev/null
   fi
-  mapfile -t shards < <(cd "$work/src" && ls ./*.safetensors | sed 's#^./##')
-  rm -rf "$work/cp" && mkdir -p "$work/cp"
-  for shard in "${shards[@]}"; do
-    cat "$work/src/$shard" >/dev/null
-    bytes=$((bytes + $(stat -c %s "$work/src/$shard")))
-  done
-  start=$(now)
-  for shard in "${shards[@]}"; do cp "$work/src/$shard" "$work/cp/$shard" && sync "$work/cp/$shard"; done
-  cp_s=$(seconds_since "$start")
-  rm -rf "$work/cp" "$work/out-1017"
-  start=$(now)
-  "$build_dir/shardq" run jobs/demo-1017-nvfp4.toml --src "$work/src" --dst "$work/out-1017" \
-    --set "quant.input_scales_from=\"$ref\"" --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-65536}" >"$work/out-1017.log" 2>&1 ||
-    { echo "shardq run failed:" >&2; tail -5 "$work/out-1017.log" >&2; return 1; }
-  run_s=$(seconds_since "$start")
-  python3 - "$bytes" "$cp_s" "$run_s" "${#shards[@]}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
-import sys
-size, cp_s, run_s, shards, load = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
-print(f"rewritten shards: {shards}, {size / 1e9:.3f} GB in; load average {load}")
-print(f"{'cp + fsync':24s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s")
-print(f"{'shardq run 1017 (1 rank)':24s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s")
-print(f"{'ratio shardq / cp':24s} {run_s / cp_s:9.2f} (target <= 1.3)")
-PY
+  cp_vs_run "$work/src" "$work/1017" "shardq run 1017" 1.3 "$build_dir/shardq" run jobs/demo-1017-nvfp4.toml \
+    --src "$work/src" --set "quant.input_scales_from=\"$ref\"" --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-65536}"
 }
 
 # W8A8 INT8 rows on one core (4096 rows x 2048 columns): FP8 32x32-block and FP4 expert
@@ -388,40 +411,14 @@ PY
 }
 
 # The whole w8a8-int8 job (one rank, the demo job's ignore list) on int8_fixture, next to
-# `cp` + fsync of the shards it rewrites (all of them here), both from a warm page cache.
-# INT8 writes more than it reads (an FP4 expert doubles, a BF16 linear doubles), so both
-# sizes are printed. Target: shardq <= 1.5x cp.
+# `cp` + fsync of the shards it rewrites (all of them here; cp_vs_run). INT8 writes more
+# than it reads (an FP4 expert doubles, a BF16 linear doubles), so the ratio per byte
+# written is printed too. Target: shardq <= 1.5x cp.
 bench_int8() {
-  local src work shards=() bytes=0 start cp_s run_s out_bytes
+  local src
   src=$(int8_fixture)
-  work=$(dirname "$src")
-  mapfile -t shards < <(cd "$src" && ls ./*.safetensors | sed 's#^./##')
-  rm -rf "$work/cp" "$work/out-int8" && mkdir -p "$work/cp"
-  for shard in "${shards[@]}"; do
-    cat "$src/$shard" >/dev/null
-    bytes=$((bytes + $(stat -c %s "$src/$shard")))
-  done
-  start=$(now)
-  for shard in "${shards[@]}"; do cp "$src/$shard" "$work/cp/$shard" && sync "$work/cp/$shard"; done
-  cp_s=$(seconds_since "$start")
-  rm -rf "$work/cp"
-  start=$(now)
-  "$build_dir/shardq" run jobs/demo-w8a8-int8.toml --src "$src" --dst "$work/out-int8" \
-    --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-2048}" >"$work/out-int8.log" 2>&1 ||
-    { echo "shardq run failed:" >&2; tail -5 "$work/out-int8.log" >&2; return 1; }
-  run_s=$(seconds_since "$start")
-  out_bytes=$(cat "$work"/out-int8/*.safetensors | wc -c)
-  rm -rf "$work/out-int8"
-  python3 - "$bytes" "$out_bytes" "$cp_s" "$run_s" "${#shards[@]}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
-import sys
-size, out_size, cp_s, run_s, shards, load = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5], sys.argv[6]
-print(f"rewritten shards: {shards}, {size / 1e9:.3f} GB in, {out_size / 1e9:.3f} GB out; load average {load}")
-print(f"{'cp + fsync':24s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s")
-print(f"{'shardq run int8 (1 rank)':24s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s in, {out_size / run_s / 1e9:.3f} GB/s out")
-print(f"{'ratio shardq / cp':24s} {run_s / cp_s:9.2f} (target <= 1.5)")
-# The same, per byte written: what the disk alone would make of the larger output.
-print(f"{'  per byte written':24s} {(run_s / out_size) / (cp_s / size):9.2f}")
-PY
+  cp_vs_run "$src" "$(dirname "$src")/int8" "shardq run int8" 1.5 "$build_dir/shardq" run jobs/demo-w8a8-int8.toml \
+    --src "$src" --set "run.rows_per_chunk=${BENCH_ROWS_PER_CHUNK:-2048}"
 }
 
 main() {
