@@ -221,14 +221,19 @@ void Worker::read_rows(const WorkItem& item, SourceRows& rows) const {
   const Task& task = plan_.tasks()[size_t(item.task)];
   const uint64_t chunk = uint64_t(item.index), first = task.chunk_first_row(chunk), count = task.chunk_rows(chunk);
   rows.inputs.resize(task.inputs.size());
-  std::vector<size_t> wanted;
-  if (item.kind == WorkKind::reduce) wanted = reduction_inputs(task.codec);
-  else for (size_t i = 0; i < task.inputs.size(); ++i) wanted.push_back(i);
-  for (auto& buffer : rows.inputs) buffer.clear();
-  for (size_t i : wanted) {
+  std::vector<bool> wanted(task.inputs.size(), item.kind != WorkKind::reduce);
+  if (item.kind == WorkKind::reduce)
+    for (size_t i : reduction_inputs(task.codec)) wanted[i] = true;
+  for (size_t i = 0; i < task.inputs.size(); ++i) {
+    if (!wanted[i]) {
+      rows.inputs[i].clear();
+      continue;
+    }
     const io::Reader& reader = reader_of(task.inputs[i]);
     const io::TensorInfo& tensor = reader.tensor(task.inputs[i]);
     const uint64_t input_count = task.input_row_count(i, first, count);
+    // A resize zero-fills only what the buffer grows by (the read overwrites all of it): a
+    // reused buffer of the same size costs nothing here.
     rows.inputs[i].resize(input_count * tensor.row_bytes());
     reader.read_rows(tensor, task.input_first_row(i, first), input_count, rows.inputs[i]);
   }

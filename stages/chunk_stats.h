@@ -19,7 +19,7 @@ __extension__ typedef unsigned __int128 uint128_t; // GCC and Clang, every 64-bi
 struct ExactSum {
   static constexpr double kUnit = 0x1p64;
   uint128_t value = 0;
-  void add(double term) { value += static_cast<uint128_t>(std::nearbyint(term * kUnit)); }
+  void add(double term) { value += to_units(std::nearbyint(term * kUnit)); }
   void merge(const ExactSum& other) { value += other.value; }
   double to_double() const { return double(value) / kUnit; }
   uint64_t high() const { return uint64_t(value >> 64); }
@@ -28,6 +28,17 @@ struct ExactSum {
     return ExactSum{(static_cast<uint128_t>(high) << 64) | low};
   }
   bool operator==(const ExactSum&) const = default;
+
+ private:
+  // An integral double in [0, 2^127) as the integer it is, in two hardware conversions
+  // (the compiler's own cast is a libgcc call, a hot spot at one call per row): the high
+  // word is exact (a division by 2^64), and so is the rest, a multiple of the value's ulp
+  // below 2^64 (at most 53 significant bits).
+  static uint128_t to_units(double integral) {
+    const double high = std::floor(integral * 0x1p-64);
+    const double low = integral - high * 0x1p64;
+    return (static_cast<uint128_t>(static_cast<uint64_t>(high)) << 64) | static_cast<uint64_t>(low);
+  }
 };
 
 // The 64-bit words of a stats field, in the order every serialization uses (checkpoint

@@ -50,19 +50,26 @@ bool encode_engram_nvfp4(const ChunkInput& chunk, const EncodeContext& context, 
   return done;
 }
 
+// Rows checked for NaN codes at a time, just before they are quantized: the slice (64 KiB
+// of Engram codes) is still in cache when the quantizer reads it, where a check of the
+// whole chunk first would stream it from memory twice.
+constexpr uint64_t kRowsPerCheck = 256;
+
 // Engram MXFP4: each row dequantized exactly, then NVIDIA's MXFP4 rule; the row's sums of
 // x^2, deq^2 and (deq - x)^2 give the report's cosine and relative error. The SIMD kernel
 // does both steps in one pass, bit-identical to dequantize_chunk_row + quantize_row_mxfp4_ref.
 bool encode_engram_mxfp4(const ChunkInput& chunk, EncodedChunk& out, const std::atomic<bool>* cancel) {
   const Fp8RowChunk rows = fp8_rows(chunk);
-  check_fp8_chunk(rows);
   const int cols = rows.cols, packed_cols = cols / 2, scale_cols = cols / Mxfp4::block;
   out.buffers.resize(2);
   out.buffers[0].resize(rows.rows * uint64_t(packed_cols));
   out.buffers[1].resize(rows.rows * uint64_t(scale_cols));
   out.stats = ChunkStats{};
   for (uint64_t r = 0; r < rows.rows; ++r) {
-    if (r % 256 == 0 && cancel && cancel->load(std::memory_order_relaxed)) return false;
+    if (r % kRowsPerCheck == 0) {
+      if (cancel && cancel->load(std::memory_order_relaxed)) return false;
+      check_fp8_rows(rows, r, std::min<uint64_t>(kRowsPerCheck, rows.rows - r));
+    }
     const uint8_t* scales = out.buffers[1].data() + r * uint64_t(scale_cols);
     const Mxfp4RowSums sums = quantize_row_mxfp4_from_fp8_simd(
         rows.codes.data() + r * uint64_t(cols), rows.scales.data() + r * uint64_t(scale_cols), cols,

@@ -6,19 +6,18 @@
 
 #include "kernels/formats.h"
 #include "kernels/nvfp4.h"
+#include "kernels/scan.h"
 #include "stages/stage_error.h"
 
 namespace shardq {
 
 namespace {
 
-// True when some code is NaN: one branch-free pass the compiler vectorizes (byte max),
-// so the common, clean chunk costs a fraction of a memory pass.
+// True when some code or scale is NaN: the codes in one SIMD pass (kernels/scan.h), so the
+// common, clean chunk costs a fraction of a memory pass.
 bool any_nan_code(std::span<const uint8_t> codes, std::span<const uint8_t> scales) {
-  uint8_t largest_magnitude = 0, largest_scale = 0;
-  for (const uint8_t code : codes) largest_magnitude = std::max<uint8_t>(largest_magnitude, code & 0x7F);
-  for (const uint8_t scale : scales) largest_scale = std::max(largest_scale, scale);
-  return E4M3::is_nan(largest_magnitude) || largest_scale == E8M0::nan_code;
+  return any_e4m3_nan_simd(codes.data(), codes.size()) ||
+         std::find(scales.begin(), scales.end(), E8M0::nan_code) != scales.end();
 }
 
 [[noreturn]] void throw_nan_scale(const Fp8RowChunk& chunk, uint64_t r, int s) {
@@ -37,26 +36,28 @@ void check_e8m0_scales(const Fp8RowChunk& chunk) {
   throw_nan_scale(chunk, at / scale_cols, int(at % scale_cols));
 }
 
-void check_fp8_chunk(const Fp8RowChunk& chunk) {
+void check_fp8_rows(const Fp8RowChunk& chunk, uint64_t first, uint64_t count) {
   const int scale_cols = chunk.cols / 32;
-  if (!any_nan_code(chunk.codes.first(chunk.rows * uint64_t(chunk.cols)), chunk.scales.first(chunk.rows * uint64_t(scale_cols)))) {
-    return;
-  }
+  const auto codes = chunk.codes.subspan(first * chunk.cols, count * chunk.cols);
+  const auto scales = chunk.scales.subspan(first * scale_cols, count * scale_cols);
+  if (!any_nan_code(codes, scales)) return;
   // Slow path: name the first bad code.
-  for (uint64_t r = 0; r < chunk.rows; ++r) {
-    const uint8_t* codes = chunk.codes.data() + r * chunk.cols;
-    const uint8_t* scales = chunk.scales.data() + r * scale_cols;
+  for (uint64_t r = first; r < first + count; ++r) {
+    const uint8_t* row_codes = chunk.codes.data() + r * chunk.cols;
+    const uint8_t* row_scales = chunk.scales.data() + r * scale_cols;
     for (int s = 0; s < scale_cols; ++s) {
-      if (scales[s] == E8M0::nan_code) throw_nan_scale(chunk, r, s);
+      if (row_scales[s] == E8M0::nan_code) throw_nan_scale(chunk, r, s);
     }
     for (int c = 0; c < chunk.cols; ++c) {
-      if (E4M3::is_nan(codes[c])) {
+      if (E4M3::is_nan(row_codes[c])) {
         throw StageError(fmt::format("{}: row {} column {}: E4M3 code 0x{:02X} is NaN; expected a finite value",
-                                     chunk.tensor, chunk.first_row + r, c, codes[c]));
+                                     chunk.tensor, chunk.first_row + r, c, row_codes[c]));
       }
     }
   }
 }
+
+void check_fp8_chunk(const Fp8RowChunk& chunk) { check_fp8_rows(chunk, 0, chunk.rows); }
 
 void dequantize_chunk_row(const Fp8RowChunk& chunk, uint64_t r, float* out) {
   dequantize_row_fp8_e8m0_32_simd(chunk.codes.data() + r * chunk.cols, chunk.scales.data() + r * (chunk.cols / 32),

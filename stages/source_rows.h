@@ -20,6 +20,9 @@ struct Fp8RowChunk {
 // Throws StageError naming tensor, row and column at the first NaN code (E4M3 0x7F/0xFF)
 // or NaN scale (E8M0 0xFF).
 void check_fp8_chunk(const Fp8RowChunk& chunk);
+// The same for rows [first, first + count) of the chunk: a codec that checks a few rows
+// before it quantizes them finds them in cache for the quantizer.
+void check_fp8_rows(const Fp8RowChunk& chunk, uint64_t first, uint64_t count);
 
 // The scales only (for stages that read them alone): StageError at the first NaN scale.
 void check_e8m0_scales(const Fp8RowChunk& chunk);
