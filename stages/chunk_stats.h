@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -19,7 +20,7 @@ __extension__ typedef unsigned __int128 uint128_t; // GCC and Clang, every 64-bi
 struct ExactSum {
   static constexpr double kUnit = 0x1p64;
   uint128_t value = 0;
-  void add(double term) { value += to_units(std::nearbyint(term * kUnit)); }
+  void add(double term) { value += to_units(term); }
   void merge(const ExactSum& other) { value += other.value; }
   double to_double() const { return double(value) / kUnit; }
   uint64_t high() const { return uint64_t(value >> 64); }
@@ -30,14 +31,23 @@ struct ExactSum {
   bool operator==(const ExactSum&) const = default;
 
  private:
-  // An integral double in [0, 2^127) as the integer it is, in two hardware conversions
-  // (the compiler's own cast is a libgcc call, a hot spot at one call per row): the high
-  // word is exact (a division by 2^64), and so is the rest, a multiple of the value's ulp
-  // below 2^64 (at most 53 significant bits).
-  static uint128_t to_units(double integral) {
-    const double high = std::floor(integral * 0x1p-64);
-    const double low = integral - high * 0x1p64;
-    return (static_cast<uint128_t>(static_cast<uint64_t>(high)) << 64) | static_cast<uint64_t>(low);
+  // term * 2^64 rounded half to even (as std::nearbyint), from the double's fields in
+  // integer operations: the compiler's own double -> int128 cast is a libgcc call, and the
+  // baseline x86-64 target has no rounding instruction (a hot spot at three calls per row).
+  // term = significand * 2^(exponent - 1075), so term * 2^64 is significand shifted by
+  // exponent - 1011: left (exact), or right with the bits shifted out deciding the rounding.
+  static uint128_t to_units(double term) {
+    const uint64_t bits = std::bit_cast<uint64_t>(term);
+    const int exponent = int(bits >> 52 & 0x7FF); // the sign bit of -0.0 (the terms are >= 0)
+    const uint64_t fraction = bits & ((uint64_t{1} << 52) - 1);
+    const uint64_t significand = exponent == 0 ? fraction : fraction | uint64_t{1} << 52;
+    const int shift = (exponent == 0 ? 1 : exponent) - 1011;
+    if (shift >= 0) return static_cast<uint128_t>(significand) << shift;
+    if (shift < -53) return 0; // below half a unit
+    const int right = -shift;
+    const uint64_t kept = significand >> right, rest = significand & ((uint64_t{1} << right) - 1);
+    const uint64_t half = uint64_t{1} << (right - 1);
+    return kept + ((rest > half || (rest == half && (kept & 1))) ? 1 : 0);
   }
 };
 
