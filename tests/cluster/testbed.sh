@@ -186,24 +186,7 @@ ClusterName=shardqsparks
 SlurmctldHost=$(hostname -s)($TESTBED_SUBNET.254)
 SlurmctldPort=$(local_slurm_free_port)
 SlurmdPort=$(local_slurm_free_port)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=cred_expire=30,socket=$TESTBED_STATE/munge/munge.socket
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmdParameters=config_overrides
-MpiDefault=pmix
-ReturnToService=2
-KillWait=5
-MailProg=/bin/true
-SchedulerType=sched/backfill
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
+$(local_slurm_common_conf "cred_expire=30,socket=$TESTBED_STATE/munge/munge.socket")
 TmpFS=$TESTBED_TMPFS
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool-%n

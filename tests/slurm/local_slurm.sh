@@ -16,19 +16,15 @@ local_slurm_free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-local_slurm_write_conf() {
-  local dir=$1 ctld_port=$2 slurmd_port=$3
-  mkdir -p "$dir/state" "$dir/spool"
-  cat >"$dir/slurm.conf" <<EOF
-ClusterName=shardqtest
-SlurmctldHost=localhost
-SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
+# The settings every test cluster shares (this one and tests/cluster/testbed.sh's), given
+# munge's AuthInfo: root daemons, no accounting, pmix, a short KillWait.
+local_slurm_common_conf() {
+  cat <<EOF
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=cred_expire=30
+AuthInfo=$1
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -42,6 +38,18 @@ SchedulerType=sched/backfill
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
+EOF
+}
+
+local_slurm_write_conf() {
+  local dir=$1 ctld_port=$2 slurmd_port=$3
+  mkdir -p "$dir/state" "$dir/spool"
+  cat >"$dir/slurm.conf" <<EOF
+ClusterName=shardqtest
+SlurmctldHost=localhost
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+$(local_slurm_common_conf cred_expire=30)
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid

@@ -14,6 +14,8 @@ SHARDQ_BIN=$(realpath "$SHARDQ_BIN") # the batch job runs in another folder
 readonly RANKS=${RANKS:-2}
 export LAUNCHER=${LAUNCHER:-srun}
 source "$SHARDQ_SOURCE_DIR/scripts/mpi_env.sh"
+# shellcheck source=common.sh
+source "$SHARDQ_SOURCE_DIR/tests/slurm/common.sh"
 source "$SHARDQ_SOURCE_DIR/tests/slurm/local_slurm.sh"
 
 readonly job_file=$SHARDQ_SOURCE_DIR/jobs/demo-engram-nvfp4.toml
@@ -57,20 +59,6 @@ chunks_total() {
 job_state() { squeue -h -j "$1" -o %T 2>/dev/null; }
 
 # sha256 of every output file except the report and the checkpoint folder, by name.
-output_digest() {
-  (cd "$1" && find . -path ./.shardq -prune -o -type f ! -name "$report_name" -print \
-    | LC_ALL=C sort | xargs sha256sum)
-}
-
-wait_until() {
-  local seconds=$1 what=$2; shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    ((SECONDS < deadline)) || fail "timed out after ${seconds}s waiting for $what"
-    sleep 0.5
-  done
-}
-
 if ! local_slurm_start "$tmp/slurm" >"$tmp/slurm-start.log" 2>&1; then
   echo "SKIP: Slurm cannot start here:"
   cat "$tmp/slurm-start.log"

@@ -10,6 +10,8 @@ set -euo pipefail
 : "${SHARDQ_SOURCE_DIR:?set SHARDQ_SOURCE_DIR to the source tree}"
 SHARDQ_BIN=$(realpath "$SHARDQ_BIN")
 source "$SHARDQ_SOURCE_DIR/scripts/mpi_env.sh"
+# shellcheck source=common.sh
+source "$SHARDQ_SOURCE_DIR/tests/slurm/common.sh"
 
 readonly sparks=$SHARDQ_SOURCE_DIR/slurm/sparks.sh
 readonly job_file=$SHARDQ_SOURCE_DIR/jobs/demo-engram-nvfp4.toml
@@ -41,20 +43,6 @@ fail() {
 
 chunks_field() { # $1 checkpoint, $2: 1 = done, 2 = total
   "$SHARDQ_BIN" status "$1" 2>/dev/null | awk -v f="$2" '$1 == "total" { split($2, n, "/"); print n[f] }'
-}
-
-output_digest() {
-  (cd "$1" && find . -path ./.shardq -prune -o -type f ! -name "$report_name" -print \
-    | LC_ALL=C sort | xargs sha256sum)
-}
-
-wait_until() {
-  local seconds=$1 what=$2; shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@"; do
-    ((SECONDS < deadline)) || fail "timed out after ${seconds}s waiting for $what"
-    sleep 0.2
-  done
 }
 
 # Starts sparks.sh in the background on the local "cluster", log in $tmp/$1.
