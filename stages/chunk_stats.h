@@ -14,15 +14,18 @@ namespace shardq {
 
 // Order-free sum of non-negative doubles: each term (one row's sum) is rounded once to a
 // multiple of 2^-64 and added as a 128-bit integer, so any grouping gives the same bits.
-// Range 2^63 (about 9e18) is far above any table's sum of squares.
+// Range 2^63 (about 9e18) is far above any table's sum of squares. A term beyond it (an
+// inf or NaN row sum, from a source whose values overflow fp32) saturates the sum, which
+// then reads back as +inf: saturating additions of non-negative terms stay order-free.
 __extension__ typedef unsigned __int128 uint128_t; // GCC and Clang, every 64-bit target
 
 struct ExactSum {
   static constexpr double kUnit = 0x1p64;
+  static constexpr uint128_t kSaturated = ~uint128_t{0};
   uint128_t value = 0;
-  void add(double term) { value += to_units(term); }
-  void merge(const ExactSum& other) { value += other.value; }
-  double to_double() const { return double(value) / kUnit; }
+  void add(double term) { value = saturating_add(value, to_units(term)); }
+  void merge(const ExactSum& other) { value = saturating_add(value, other.value); }
+  double to_double() const { return value == kSaturated ? HUGE_VAL : double(value) / kUnit; }
   uint64_t high() const { return uint64_t(value >> 64); }
   uint64_t low() const { return uint64_t(value); }
   static ExactSum from_parts(uint64_t high, uint64_t low) {
@@ -31,6 +34,8 @@ struct ExactSum {
   bool operator==(const ExactSum&) const = default;
 
  private:
+  static uint128_t saturating_add(uint128_t a, uint128_t b) { return a + b < a ? kSaturated : a + b; }
+
   // term * 2^64 rounded half to even (as std::nearbyint), from the double's fields in
   // integer operations: the compiler's own double -> int128 cast is a libgcc call, and the
   // baseline x86-64 target has no rounding instruction (a hot spot at three calls per row).
@@ -42,6 +47,7 @@ struct ExactSum {
     const uint64_t fraction = bits & ((uint64_t{1} << 52) - 1);
     const uint64_t significand = exponent == 0 ? fraction : fraction | uint64_t{1} << 52;
     const int shift = (exponent == 0 ? 1 : exponent) - 1011;
+    if (shift > 127 - 53) return kSaturated; // 2^63 or more, inf, NaN
     if (shift >= 0) return static_cast<uint128_t>(significand) << shift;
     if (shift < -53) return 0; // below half a unit
     const int right = -shift;

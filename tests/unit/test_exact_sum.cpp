@@ -1,10 +1,11 @@
 // ExactSum (stages/chunk_stats.h): each term lands on the integer the compiler's own
-// double -> unsigned __int128 conversion gives, across the whole range, and any grouping of
-// the terms gives the same total.
+// double -> unsigned __int128 conversion gives, across the whole range; any grouping of
+// the terms gives the same total; a term beyond the range saturates the sum to +inf.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -51,6 +52,28 @@ TEST(ExactSum, AnyGroupingGivesTheSameTotal) {
   for (size_t i = 0; i < terms.size(); ++i) (i < terms.size() / 2 ? first_half : second_half).add(terms[i]);
   first_half.merge(second_half);
   EXPECT_EQ(first_half, in_order);
+}
+
+TEST(ExactSum, TermsBeyondTheRangeSaturateToInfinity) {
+  for (double term : {0x1p63, 0x1p100, std::numeric_limits<double>::max(), HUGE_VAL,
+                      std::numeric_limits<double>::quiet_NaN()}) {
+    ExactSum sum;
+    sum.add(1.0);
+    sum.add(term);
+    EXPECT_EQ(sum.to_double(), HUGE_VAL) << term;
+    sum.add(2.0);
+    EXPECT_EQ(sum.to_double(), HUGE_VAL) << term;
+    ExactSum other;
+    other.add(3.0);
+    other.merge(sum); // saturated in either order
+    EXPECT_EQ(other, sum) << term;
+  }
+  ExactSum largest;
+  largest.add(std::nextafter(0x1p63, 0.0));
+  EXPECT_LT(largest.to_double(), 0x1p63);
+  ExactSum wrapped = largest; // 2^63 + 2^63 + ... would wrap 128 bits: it saturates instead
+  for (int i = 0; i < 70; ++i) wrapped.merge(wrapped);
+  EXPECT_EQ(wrapped.to_double(), HUGE_VAL);
 }
 
 } // namespace
