@@ -13,9 +13,9 @@
 #include "kernels/formats.h"
 #include "kernels/int8.h"
 
-#ifdef SHARDQ_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "cuda_test_util.h"
 
+#ifdef SHARDQ_WITH_CUDA
 #include "kernels/cuda/int8_cuda.h"
 #endif
 
@@ -24,11 +24,6 @@ using namespace shardq;
 namespace {
 
 #ifdef SHARDQ_WITH_CUDA
-bool have_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
 uint64_t bits_of(double v) {
   uint64_t bits;
   std::memcpy(&bits, &v, sizeof(bits));
@@ -82,7 +77,7 @@ TEST(Int8Cuda, FloatRowsEqualRef) {
 #ifndef SHARDQ_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
 #else
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   Int8CudaWorkspace workspace;
   std::mt19937 rng(41);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -112,7 +107,7 @@ TEST(Int8Cuda, Fp8AndFp4RowsEqualRef) {
 #ifndef SHARDQ_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
 #else
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   Int8CudaWorkspace workspace;
   std::mt19937 rng(43);
   const int rows = 96, cols = 2048;

@@ -9,9 +9,9 @@
 #include "kernels/nvfp4.h"
 #include "nvfp4_test_util.h"
 
-#ifdef SHARDQ_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "cuda_test_util.h"
 
+#ifdef SHARDQ_WITH_CUDA
 #include "kernels/cuda/nvfp4_cuda.h"
 #endif
 
@@ -21,11 +21,6 @@ using namespace shardq::test;
 namespace {
 
 #ifdef SHARDQ_WITH_CUDA
-bool have_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
 void expect_cuda_equals_ref(const std::vector<float>& x, int cols, float global, const std::string& what) {
   const int rows = int(x.size()) / cols;
   for (const ScaleSearch search : {ScaleSearch{1}, ScaleSearch{8, 0.75}}) {
@@ -52,7 +47,7 @@ TEST(Nvfp4Cuda, RowsEqualRef) {
 #ifndef SHARDQ_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
 #else
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(29);
   for (float spread : {1.0f, 3.0f, 60.0f}) {
     const auto x = random_values(rng, size_t(300) * 256, spread);
@@ -67,7 +62,7 @@ TEST(Nvfp4Cuda, ZeroTinyAndTieBlocksEqualRef) {
 #ifndef SHARDQ_WITH_CUDA
   GTEST_SKIP() << "built without CUDA";
 #else
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::have_cuda_device()) GTEST_SKIP() << "no CUDA device";
   std::mt19937 rng(31);
   auto x = random_values(rng, 512, 2.0f);
   for (size_t i = 0; i < 16; ++i) x[i] = (i % 2) ? -0.0f : 0.0f; // a zero block
