@@ -7,6 +7,7 @@
 #include "kernels/formats.h"
 #include "kernels/mxfp4.h"
 #include "kernels/nvfp4.h"
+#include "kernels/scan.h"
 #include "stages/stage_error.h"
 
 namespace shardq {
@@ -49,10 +50,8 @@ void check_linear_scales(const LinearRows& rows) {
 void check_linear_codes(const LinearRows& rows, uint64_t first, uint64_t count) {
   if (rows.source != LinearSource::fp8_block32) return; // every E2M1 code is a number
   const std::span<const uint8_t> codes = rows.codes.subspan(first * uint64_t(rows.cols), count * uint64_t(rows.cols));
-  // As above: a byte max of the magnitudes, then the search only if one is NaN (0x7F).
-  uint8_t largest_magnitude = 0;
-  for (const uint8_t code : codes) largest_magnitude = std::max<uint8_t>(largest_magnitude, code & 0x7F);
-  if (!E4M3::is_nan(largest_magnitude)) return;
+  // One SIMD scan (kernels/scan.h), then the search only if some code is NaN.
+  if (!any_e4m3_nan_simd(codes.data(), codes.size())) return;
   const auto nan_code = std::find_if(codes.begin(), codes.end(), [](uint8_t c) { return E4M3::is_nan(c); });
   const uint64_t at = first * uint64_t(rows.cols) + uint64_t(nan_code - codes.begin());
   throw StageError(fmt::format("{}: row {} column {}: E4M3 code 0x{:02X} is NaN", rows.tensor,
