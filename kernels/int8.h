@@ -7,41 +7,134 @@
 
 namespace shardq {
 
+// The scalar element rule below is shared by the CPU reference, the SIMD kernels' lookup
+// tables and the CUDA kernel: on the device every fp32 operation is rounded explicitly
+// (nvcc would otherwise contract a product and a difference into one fma).
+#if defined(__CUDACC__)
+#define SHARDQ_HOST_DEVICE __host__ __device__
+#else
+#define SHARDQ_HOST_DEVICE
+#endif
+
 struct Int8 {
   static constexpr int max_code = 127; // symmetric: -128 is never written
-  // Report sums (Int8RowSums) run in this many lanes: 16 is a whole number of vectors at
-  // every power-of-two width (one AVX-512 vector of 16 floats, 2 of AVX2's 8).
-  static constexpr int sum_lanes = 16;
-  // Columns per fp32 partial sum: each lane adds 256 / 16 = 16 terms in fp32, then widens.
-  static constexpr int sum_block = 256;
-  // The exponent k of the report terms' unit 2^-k (Int8RowSums) for a row's scale.
-  static int sum_exponent(float scale);
+  // The report terms are integers (Int8RowSums): source terms in units of 2^(2k), error
+  // terms in units of 2^(2(k - 6)).
+  static constexpr int source_shift = 0;
+  static constexpr int error_shift = 6;
+  // The least k: 2^(error_shift - k) stays an fp32 number.
+  static constexpr int min_sum_exponent = -120;
 };
 
-// One row's report terms: sum x^2 and sum (deq - x)^2, deq = q * scale in fp32. Cheap,
-// deterministic, and precise enough for a report figure (relative error a few 1e-7 against
-// an fp64 sum in element order; bounded at 1e-5 in tests/unit/test_int8.cpp):
-// - the terms are taken at the scale's binade: k = max(ilogb(scale), -126), unit = 2^-k
-//   (an fp32 power of two), x' = x * unit, m = scale * unit, e' = q * m - x' (fp32
-//   operations; exact, so x' and e' are x and deq - x times 2^-k, for every x of a normal
-//   scale's row that is not below 2^-126 after scaling). Every |x'| < 256: no square
-//   overflows fp32, and only terms negligible in the row underflow;
-// - the row is cut into blocks of Int8::sum_block columns (the last may be shorter); in a
-//   block, element i's term t (x' or e') goes to fp32 lane i % Int8::sum_lanes in element
-//   order, each lane from +0, as lane = fma(t, t, lane): one rounding (std::fma in the
-//   ref, a fused multiply-add in SIMD);
-// - at the block's end each fp32 lane is widened to fp64 and added to the row's fp64 lane
-//   of the same index (each from +0);
-// - the 16 fp64 lanes are folded in halves (fold_int8_sum_lanes), then times 2^(2k) (exact).
-// Every target adds the same terms in the same order: the sums are identical bits.
+// One row's report figures: sum x^2 and sum (deq - x)^2, deq = q * scale. Integer terms,
+// added in any order to the same bits (every backend sums them as it likes):
+// - k = max(ilogb(scale), -120) (Int8Row); with a normal scale every |x| < 2^(k + 8);
+// - the source term is nearbyint(s * s), s = x * 2^-k in fp32 (exact): below 2^16;
+// - the error term is nearbyint(e * e), e = q * m - x' in fp32 (two roundings: no fused
+//   multiply-add), x' = x * 2^(6 - k) and m = scale * 2^(6 - k) (both exact, m in [1, 128)):
+//   |e| <= 64, so the term is at most 2^12;
+// - source_sq and error_sq are the exact integer totals times 2^(2k) and 2^(2k - 12).
+// A term is off by at most half a unit: relative to a typical value's square (amax / 4)
+// or a typical error's (about scale^2 / 12) that is below 1e-3, and as often up as down.
+// Values below 2^(k - 8) have code 0 and both terms 0, so 16 binades of a row's values
+// decide all its figures: the SIMD kernels look each decoded value's code and terms up in
+// tables of 128 entries.
 struct Int8RowSums {
   double source_sq = 0.0;
   double error_sq = 0.0;
   bool all_zero = false; // every value 0: scale 1.0, codes 0 (ours: there is no amax rule)
 };
 
-// lanes[0, Int8::sum_lanes) to one sum: lane l + lane l + 8 for l < 8, then + 4, + 2, + 1.
-double fold_int8_sum_lanes(const double* lanes);
+namespace int8_detail {
+SHARDQ_HOST_DEVICE inline float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+SHARDQ_HOST_DEVICE inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+SHARDQ_HOST_DEVICE inline float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+// Round half to even (the default rounding mode's nearbyint, rintf on the device).
+SHARDQ_HOST_DEVICE inline float round_even(float a) {
+#if defined(__CUDA_ARCH__)
+  return rintf(a);
+#else
+  return __builtin_nearbyintf(a);
+#endif
+}
+SHARDQ_HOST_DEVICE inline float float_of_bits(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  return __builtin_bit_cast(float, bits);
+#endif
+}
+SHARDQ_HOST_DEVICE inline uint32_t bits_of_float(float value) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(value);
+#else
+  return __builtin_bit_cast(uint32_t, value);
+#endif
+}
+SHARDQ_HOST_DEVICE inline float power_of_two(int e) { return float_of_bits(uint32_t(e + 127) << 23); } // -126 <= e <= 127
+// The binade of a positive finite float: its exponent field less the bias (a subnormal's
+// -127 is below every k the terms use).
+SHARDQ_HOST_DEVICE inline int binade(float positive) { return int(bits_of_float(positive) >> 23) - 127; }
+} // namespace int8_detail
+
+// A row's scale and the units of its report terms.
+struct Int8Row {
+  float scale = 1.0f;       // amax / 127 in fp32, 1.0 for an all-zero row
+  int k = 0;                // max(ilogb(scale), Int8::min_sum_exponent)
+  float source_unit = 1.0f; // 2^(Int8::source_shift - k)
+  float unit = 1.0f;        // 2^(Int8::error_shift - k)
+  float m = 1.0f;           // scale * unit
+
+  SHARDQ_HOST_DEVICE static Int8Row of_amax(float amax) {
+    using namespace int8_detail;
+    Int8Row row;
+    row.scale = amax == 0.0f ? 1.0f : div_rn(amax, float(Int8::max_code));
+    const int b = binade(row.scale);
+    row.k = b > Int8::min_sum_exponent ? b : Int8::min_sum_exponent;
+    row.source_unit = power_of_two(Int8::source_shift - row.k);
+    row.unit = power_of_two(Int8::error_shift - row.k);
+    row.m = mul_rn(row.scale, row.unit);
+    return row;
+  }
+  // The integer totals as figures (exact): times 2^(2k) and 2^(2k - 12).
+  Int8RowSums figures(uint64_t source_total, uint64_t error_total, bool all_zero) const;
+};
+
+// One element: its code and its two report terms.
+struct Int8Element {
+  int8_t code;
+  uint32_t source_term;
+  uint32_t error_term;
+};
+
+// x / scale in fp32 (as torch's w / scale), rounded half to even; the clamp acts for a
+// subnormal scale only (with a normal one |x / scale| <= 127 * (1 + 2^-23) < 127.5).
+// Precondition: finite x.
+SHARDQ_HOST_DEVICE inline Int8Element quantize_int8_element(float x, const Int8Row& row) {
+  using namespace int8_detail;
+  float q = round_even(div_rn(x, row.scale));
+  q = q < -float(Int8::max_code) ? -float(Int8::max_code) : (q > float(Int8::max_code) ? float(Int8::max_code) : q);
+  const float source = mul_rn(x, row.source_unit), error = sub_rn(mul_rn(q, row.m), mul_rn(x, row.unit));
+  return {int8_t(q), uint32_t(round_even(mul_rn(source, source))), uint32_t(round_even(mul_rn(error, error)))};
+}
 
 // Returns the row's scale (F32, written to weight_scale[r, 0]) and writes `cols` codes.
 // x / scale is an fp32 division (as torch's w / scale), rounded half to even.

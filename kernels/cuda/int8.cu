@@ -1,11 +1,10 @@
 // INT8 row kernels on CUDA (kernels/cuda/int8_cuda.h): quantize_row_int8_ref's steps
-// (kernels/cpu/int8_ref.cpp) with every fp32/fp64 operation rounded explicitly (__fdiv_rn,
-// __fmul_rn, __fsub_rn, __fmaf_rn, __dadd_rn, __dmul_rn: nvcc may not contract or reorder
-// them) so that the results equal the CPU's bit for bit (denormals kept: no -ftz).
-// Sixteen threads per row, thread l owning the ref's sum lane l (columns l, l + 16, ...):
-// the lane's fp32 fma chain over its 16 terms of each 256-column block, widened to fp64 per
-// block, then the lanes folded in halves by shuffles, exactly the ref's order. The amax is
-// a max, exact in any order.
+// (kernels/cpu/int8_ref.cpp) through the same element rule, quantize_int8_element
+// (kernels/int8.h), whose fp32 operations are rounded explicitly on the device (__fdiv_rn,
+// __fmul_rn, __fsub_rn: nvcc may not contract them), so that codes, scales and sums equal
+// the CPU's bit for bit (denormals kept: no -ftz). Sixteen threads per row, each over
+// columns lane, lane + 16, ...: the amax is a max and the terms are integers, exact in any
+// order.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -16,11 +15,9 @@
 namespace shardq {
 namespace {
 
-constexpr int kLanes = Int8::sum_lanes;   // 16: threads per row
-constexpr int kSumBlock = Int8::sum_block; // 256 columns per fp32 partial sum
-constexpr int kRowsPerBlock = 8;           // rows per CUDA block: 128 threads
-constexpr float kMaxCode = float(Int8::max_code);
-constexpr unsigned kRowMask = 0xFFFFu;     // the 16 lanes of a row within its warp half
+constexpr int kLanes = 16;        // threads per row
+constexpr int kRowsPerBlock = 8;  // rows per CUDA block: 128 threads
+constexpr unsigned kRowMask = 0xFFFFu; // the 16 lanes of a row within its warp half
 
 // e8m0_to_float for a non-NaN byte (formats.h): byte 0 is the fp32 subnormal 2^-127.
 __device__ float e8m0_value(uint8_t code) {
@@ -59,11 +56,9 @@ __device__ float value_at(const Source& s, int r, int c) {
   return __fmul_rn(e2m1_value(c % 2 == 0 ? byte & 0xF : byte >> 4), scale);
 }
 
-// Int8::sum_exponent: max(ilogb(scale), -126) for a positive finite scale.
-__device__ int sum_exponent(float scale) {
-  const int field = int(__float_as_uint(scale) >> 23);
-  if (field > 0) return field - 127;
-  return -126; // a subnormal scale: ilogb is below -126
+// An integer total of terms as a figure, as Int8Row::figures: times 2^(2(k - shift)), exact.
+__device__ double figure(unsigned long long total, int k, int shift) {
+  return __dmul_rn(__ull2double_rn(total), __longlong_as_double(int64_t(1023 + 2 * (k - shift)) << 52));
 }
 
 // Int8RowSums is plain data: the device writes the host compiler's layout (CUDA keeps it).
@@ -71,52 +66,34 @@ __global__ void quantize_rows_kernel(Source source, int rows, int8_t* codes, flo
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kLanes;
   const int lane = threadIdx.x % kLanes;
   if (row >= rows) return; // a whole row's 16 threads leave together: the shuffles stay full
+  const unsigned mask = kRowMask << (threadIdx.x & 16);
   const int cols = source.cols;
   float amax = 0.0f;
   for (int c = lane; c < cols; c += kLanes) {
     const float a = fabsf(value_at(source, row, c));
-    amax = amax < a ? a : amax; // std::max(amax, fabs(x))
+    amax = amax < a ? a : amax;
   }
   for (int offset = kLanes / 2; offset >= 1; offset /= 2) {
-    const float other = __shfl_xor_sync(kRowMask << (threadIdx.x & 16), amax, offset, kLanes);
+    const float other = __shfl_xor_sync(mask, amax, offset, kLanes);
     amax = amax < other ? other : amax;
   }
-  const bool zero = amax == 0.0f;
-  const float scale = zero ? 1.0f : __fdiv_rn(amax, kMaxCode);
-  const int k = sum_exponent(scale);
-  const float unit = __uint_as_float(uint32_t(127 - k) << 23); // 2^-k: k <= 120, so normal
-  const float m = __fmul_rn(scale, unit);
-  double source_sq = 0.0, error_sq = 0.0;
-  for (int block = 0; block < cols; block += kSumBlock) {
-    float block_source = 0.0f, block_error = 0.0f;
-    const int end = block + kSumBlock < cols ? block + kSumBlock : cols;
-    for (int c = block + lane; c < end; c += kLanes) {
-      const float x = value_at(source, row, c);
-      const float q = fminf(fmaxf(rintf(__fdiv_rn(x, scale)), -kMaxCode), kMaxCode);
-      codes[size_t(row) * cols + c] = int8_t(q);
-      const float scaled = __fmul_rn(x, unit), error = __fsub_rn(__fmul_rn(q, m), scaled);
-      block_source = __fmaf_rn(scaled, scaled, block_source);
-      block_error = __fmaf_rn(error, error, block_error);
-    }
-    source_sq = __dadd_rn(source_sq, double(block_source));
-    error_sq = __dadd_rn(error_sq, double(block_error));
+  const Int8Row terms_row = Int8Row::of_amax(amax);
+  unsigned long long source_sq = 0, error_sq = 0;
+  for (int c = lane; c < cols; c += kLanes) {
+    const Int8Element element = quantize_int8_element(value_at(source, row, c), terms_row);
+    codes[size_t(row) * cols + c] = element.code;
+    source_sq += element.source_term;
+    error_sq += element.error_term;
   }
-  // fold_int8_sum_lanes: lane l + lane l + 8 for l < 8, then + 4, + 2, + 1.
-  for (int half = kLanes / 2; half >= 1; half /= 2) {
-    const unsigned mask = kRowMask << (threadIdx.x & 16);
-    const double source_other = __shfl_down_sync(mask, source_sq, half, kLanes);
-    const double error_other = __shfl_down_sync(mask, error_sq, half, kLanes);
-    if (lane < half) {
-      source_sq = __dadd_rn(source_sq, source_other);
-      error_sq = __dadd_rn(error_sq, error_other);
-    }
+  for (int offset = kLanes / 2; offset >= 1; offset /= 2) {
+    source_sq += __shfl_xor_sync(mask, source_sq, offset, kLanes);
+    error_sq += __shfl_xor_sync(mask, error_sq, offset, kLanes);
   }
   if (lane == 0) {
-    const double up = __longlong_as_double(int64_t(1023 + 2 * k) << 52); // 2^(2k), exact
-    row_scales[row] = scale;
-    sums[row].source_sq = __dmul_rn(source_sq, up);
-    sums[row].error_sq = __dmul_rn(error_sq, up);
-    sums[row].all_zero = zero;
+    row_scales[row] = terms_row.scale;
+    sums[row].source_sq = figure(source_sq, terms_row.k, Int8::source_shift);
+    sums[row].error_sq = figure(error_sq, terms_row.k, Int8::error_shift);
+    sums[row].all_zero = amax == 0.0f;
   }
 }
 

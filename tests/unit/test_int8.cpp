@@ -11,6 +11,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -50,36 +51,25 @@ std::vector<int8_t> as_codes(std::initializer_list<int> values) {
 bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
 bool same_bits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
 
-// The lanes l == residue mod stride of 16, summed as the fold in halves sums them: lane l
-// meets lane l + 8 first, then those pairs meet the pairs 4 lanes on, and so on.
-double fold(const double* lanes, int residue = 0, int stride = 1) {
-  if (stride == 16) return lanes[residue];
-  return fold(lanes, residue, stride * 2) + fold(lanes, residue + stride, stride * 2);
-}
-
-// The report terms, recomputed here (docs/formats.md "INT8"): at the scale's binade
-// (2^-k, k = max(ilogb(scale), -126)), x' = x * 2^-k and e' = q * (scale * 2^-k) - x' in
-// fp32, fma'd into fp32 lane i % 16 over each block of 256 columns, the blocks' lanes
-// widened to fp64 lane by lane, the 16 fp64 lanes folded, times 2^2k.
+// The report terms, recomputed here (docs/formats.md "INT8"): k = max(ilogb(scale), -120),
+// s = x * 2^-k, x' = x * 2^(6 - k) and e = q * (scale * 2^(6 - k)) - x' in fp32, each
+// term the fp32 square of s or e rounded half to even to an integer; the integer totals
+// times 2^(2k) and 2^(2k - 12).
 Int8RowSums expected_sums(const std::vector<float>& x, const std::vector<int8_t>& codes, float scale) {
-  const int k = std::max(std::ilogb(scale), -126);
-  const float unit = std::ldexp(1.0f, -k), m = scale * unit;
-  double source[16] = {}, error[16] = {};
-  for (size_t block = 0; block < x.size(); block += 256) {
-    float block_source[16] = {}, block_error[16] = {};
-    for (size_t i = block; i < std::min(x.size(), block + 256); ++i) {
-      const float xs = x[i] * unit, e = float(codes[i]) * m - xs;
-      block_source[i % 16] = std::fma(xs, xs, block_source[i % 16]);
-      block_error[i % 16] = std::fma(e, e, block_error[i % 16]);
-    }
-    for (int l = 0; l < 16; ++l) {
-      source[l] += double(block_source[l]);
-      error[l] += double(block_error[l]);
-    }
+  const int k = std::max(std::ilogb(scale), -120);
+  const float u = std::ldexp(1.0f, 6 - k), m = scale * u;
+  uint64_t source = 0, error = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float s = x[i] * std::ldexp(1.0f, -k), xs = x[i] * u;
+    const float product = float(codes[i]) * m;
+    const float e = product - xs;
+    const float source_square = s * s, error_square = e * e;
+    source += uint64_t(std::nearbyint(source_square));
+    error += uint64_t(std::nearbyint(error_square));
   }
   Int8RowSums sums;
-  sums.source_sq = std::ldexp(fold(source), 2 * k);
-  sums.error_sq = std::ldexp(fold(error), 2 * k);
+  sums.source_sq = std::ldexp(double(source), 2 * k);
+  sums.error_sq = std::ldexp(double(error), 2 * k - 12);
   return sums;
 }
 
@@ -107,10 +97,10 @@ TEST(Int8Quantize, TiesGoToEvenAtScaleOne) {
   EXPECT_TRUE(same_bits(q.scale, 1.0f));
   EXPECT_EQ(q.codes, as_codes({127, 0, 2, 2, 4, 0, -2, -2, -4, 126, -126, 0, 10, -8, 64, -66}));
   EXPECT_FALSE(q.sums.all_zero);
-  // Sums exact here: every x and error is a short binary fraction.
-  double source_sq = 0.0;
-  for (float x : row) source_sq += double(x) * double(x);
-  EXPECT_EQ(q.sums.source_sq, source_sq);
+  // Scale 1: source terms are the squares rounded to integers (16129 + 2.25 + 6.25 + ...:
+  // every fraction here is .25 or .0625, so each rounds down), 56536 in all; error terms
+  // are exact in units of 2^-12.
+  EXPECT_EQ(q.sums.source_sq, 56536.0);
   // 12 elements off by 0.5 (the ten ties and 64.5, -65.5), 10.25 and -7.75 off by 0.25.
   EXPECT_EQ(q.sums.error_sq, 12 * 0.25 + 2 * 0.0625);
 }
@@ -137,39 +127,20 @@ TEST(Int8Quantize, JustOffTiesRoundToNearest) {
   EXPECT_EQ(quantize(row).codes, as_codes({127, 3, 3, -3, -3}));
 }
 
-// The sums' order, by hand: x0 = 2^31 and three 16s at columns 1, 17 and 33. The scale
-// (2^31 / 127) has exponent 24, so the terms are taken at 2^-24: x0' = 128 (square 2^14,
-// where one fp64 ulp is 2^-38) and three 2^-20 (squares 2^-40) in lane 1. In element order
-// each 2^-40 is under half an ulp and vanishes: 2^14. In lanes they meet first (lane 1:
-// 3 * 2^-40), and 2^14 + 3 * 2^-40 rounds up to 2^14 + 2^-38; times 2^48: 2^62 + 1024. The
-// 16s quantize to 0 (error 256 each); 2^31 comes back exactly (127 * fl(2^31 / 127) =
-// 2^31 - 8, which rounds to 2^31 in fp32).
-TEST(Int8Quantize, SumsAddLaneByLane) {
-  std::vector<float> row(34, 0.0f);
-  row[0] = 0x1p31f;
-  row[1] = row[17] = row[33] = 16.0f;
-  const Quantized q = quantize(row);
-  EXPECT_EQ(q.codes[0], 127);
-  EXPECT_EQ(q.codes[1], 0);
-  EXPECT_EQ(q.sums.source_sq, 0x1p62 + 1024.0);
-  EXPECT_EQ(q.sums.error_sq, 768.0);
-}
-
-// The fp32 blocks, by hand (scale 1: unit 1, terms are x and q - x). Lane 0 holds
-// 127^2 = 16129, where the fp32 ulp is 2^-10: column 16's 2^-12 (a quarter ulp) vanishes in
-// its block's lane 0. Column 256 starts the next block: its 2^-12 is widened to fp64 alone
-// and added to the row's lane 0 exactly. Both 2^-6 quantize to 0 (error -2^-6, square
-// 2^-12) and nothing else is off: the error sum keeps both.
-TEST(Int8Quantize, SumsRoundInFp32WithinABlock) {
-  std::vector<float> row(257, 0.0f);
-  row[0] = 127.0f;
-  row[16] = row[256] = 0x1p-6f;
-  const Quantized q = quantize(row);
-  EXPECT_TRUE(same_bits(q.scale, 1.0f));
-  EXPECT_EQ(q.codes[16], 0);
-  EXPECT_EQ(q.codes[256], 0);
-  EXPECT_EQ(q.sums.source_sq, 16129.0 + 0x1p-12);
-  EXPECT_EQ(q.sums.error_sq, 0x1p-11);
+// The terms by hand (scale 1: k = 0; source terms of s = x in units of 1, error terms of
+// e = 64 (q - x) in units of 2^-12). 2^-7: s = 1/128, code 0, e = -0.5 (square 0.25): both
+// terms 0. 3 * 2^-8: source term 0, code 0, e = -0.75 (square 0.5625): error term 1. 1.25:
+// s^2 = 1.5625 (term 2), code 1, e = 64 - 80 = -16 (term 256). 127: term 16129, no error.
+// The totals do not depend on the columns' order.
+TEST(Int8Quantize, SumsAreIntegerTermsByHand) {
+  std::vector<float> row = {127.0f, 0x1p-7f, 3 * 0x1p-8f, 1.25f, 0.0f};
+  for (int turn = 0; turn < 5; ++turn) {
+    std::rotate(row.begin(), row.begin() + 1, row.end());
+    const Quantized q = quantize(row);
+    EXPECT_TRUE(same_bits(q.scale, 1.0f));
+    EXPECT_EQ(q.sums.source_sq, 16129.0 + 2.0) << turn;
+    EXPECT_EQ(q.sums.error_sq, (256.0 + 1.0) / 4096.0) << turn;
+  }
 }
 
 // The terms are taken at the scale's binade: a row of 2^40 and a row of 2^-80 sum without
@@ -187,13 +158,14 @@ TEST(Int8Quantize, SumsAtTheScalesBinade) {
   }
 }
 
-// Precise enough for a report figure: within 1e-5 (relative) of fp64 sums in element
-// order, on rows of decoded FP8 (E4M3 times E8M0 per 32) and of normal floats at many
-// magnitudes and widths.
-TEST(Int8Quantize, SumsWithin1e5OfFp64) {
+// Precise enough for a report figure: against fp64 sums in element order, each total is
+// off by at most half a unit per term (2^(2k - 1) and 2^(2k - 13)), plus the fp32 squares'
+// own rounding; on rows of decoded FP8 (E4M3 times E8M0 per 32) and of normal floats at
+// many magnitudes and widths that is within 1e-3 (relative) of either sum.
+TEST(Int8Quantize, SumsCloseToFp64) {
   std::mt19937 rng(14);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  double worst = 0.0;
+  double worst_error = 0.0, worst_source = 0.0;
   for (const int cols : {16, 256, 300, 2048, 7168, 18432}) {
     for (int trial = 0; trial < 12; ++trial) {
       std::vector<float> row(static_cast<size_t>(cols));
@@ -209,14 +181,21 @@ TEST(Int8Quantize, SumsWithin1e5OfFp64) {
       }
       const Quantized q = quantize(row);
       const Int8RowSums want = fp64_sums(row, q.codes, q.scale);
+      const int k = std::ilogb(q.scale);
+      const double source_bound = std::ldexp(0.5, 2 * k) * cols + 1e-7 * want.source_sq;
+      const double error_bound = std::ldexp(0.5, 2 * k - 12) * cols + 1e-7 * want.error_sq;
+      EXPECT_LE(std::fabs(q.sums.source_sq - want.source_sq), source_bound) << cols << "/" << trial;
+      EXPECT_LE(std::fabs(q.sums.error_sq - want.error_sq), error_bound) << cols << "/" << trial;
       const double source_error = std::fabs(q.sums.source_sq - want.source_sq) / want.source_sq;
       const double error_error = std::fabs(q.sums.error_sq - want.error_sq) / want.error_sq;
-      EXPECT_LE(source_error, 1e-5) << cols << "/" << trial;
-      EXPECT_LE(error_error, 1e-5) << cols << "/" << trial;
-      worst = std::max({worst, source_error, error_error});
+      EXPECT_LE(source_error, 1e-3) << cols << "/" << trial;
+      EXPECT_LE(error_error, 1e-3) << cols << "/" << trial;
+      worst_source = std::max(worst_source, source_error);
+      worst_error = std::max(worst_error, error_error);
     }
   }
-  EXPECT_GT(worst, 0.0) << "fp32 lanes never rounded: the test proves nothing";
+  EXPECT_GT(worst_error, 0.0) << "no term ever rounded: the test proves nothing";
+  std::printf("worst relative error: source sum %.3g, error sum %.3g\n", worst_source, worst_error);
 }
 
 // An all-zero row (signed zeros too): scale 1.0, codes 0, flagged, sums 0.

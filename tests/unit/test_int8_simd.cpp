@@ -1,9 +1,11 @@
 // quantize_row_int8_simd == quantize_row_int8_ref, and the fused source rows
 // (quantize_row_int8_from_fp8_simd / _from_fp4_simd) == the scalar decode + the ref, bit for
-// bit (scale, codes, both fp64 sums and the all-zero flag), on every SIMD target this CPU
+// bit (scale, codes, both sums and the all-zero flag), on every SIMD target this CPU
 // supports and the build generated: random rows, exact ties at every half step, quotients
 // one ulp off a tie, all-zero rows, subnormals (and scales too small to be normal), one
 // huge value, every column count around the vector, tile and block edges.
+// AVX3_DL too (before any Highway header), as kernels/cpu/int8_simd.cpp generates it.
+#define HWY_WANT_AVX3_DL
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,8 +66,8 @@ void expect_simd_equals_ref(const std::vector<float>& row, const std::string& wh
   expect_same(simd_of(row), ref_of(row), what);
 }
 
-// Widths at and around every edge the kernel has: a vector (4, 8 or 16 lanes), the 16 sum
-// lanes, a source block (32), a 7168-wide linear, the 8192-column tile.
+// Widths at and around every edge the kernel has: a vector (4, 8 or 16 lanes), a source
+// block (32), a table row's 64 columns, a 7168-wide linear, the 8192-column tile.
 const std::vector<int> kWidths = {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 48, 80, 96, 250, 2048, 7168, 8191, 8192, 8208, 20000};
 
 std::string label(const std::string& kind, int cols, int trial, const std::string& on) {
