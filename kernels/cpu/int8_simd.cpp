@@ -6,7 +6,7 @@
 // - a code is the fp32 quotient x / scale (vector division is IEEE-exact; for decoded
 //   FP8 / FP4 values a table of quotients, QuotientTable) rounded half to even by adding
 //   1.5 * 2^23, where fp32 rounds at ulp 1: the code is the sum's low byte;
-// - the report terms are the ref's fp32 products rounded half to even (NearestInt, in the
+// - the report terms are the ref's fp32 products rounded half to even (Term, in the
 //   default rounding mode), integers added in any order;
 // - on AVX3_DL a row of FP8 / FP4 blocks looks each value's code and terms up by its key
 //   (binade and mantissa within the row's 16 binades; LutRow).
@@ -14,6 +14,7 @@
 // Built with -ffp-contract=off; tests/unit/test_int8_simd.cpp holds every compiled target
 // to the ref.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -73,8 +74,21 @@ using VF = hn::Vec<DF>;
 // y half to even (the constant is even), and the sum's bits are 0x4B400000 + round(y).
 constexpr float kRoundingBias = 12582912.0f;
 
+// A term: the fp32 square of a value, rounded half to even to an integer (below 2^17: the
+// conversion's own rounding in the default mode, without NearestInt's fix-up of overflow).
+HWY_INLINE hn::Vec<DU> Term(VF value) {
+  const VF square = hn::Mul(value, value);
+#if HWY_TARGET <= HWY_AVX3
+  return hn::Vec<DU>{_mm512_cvtps_epi32(square.raw)};
+#elif HWY_TARGET <= HWY_AVX2
+  return hn::Vec<DU>{_mm256_cvtps_epi32(square.raw)};
+#else
+  return hn::BitCast(DU(), hn::NearestInt(square));
+#endif
+}
+
 // The terms of vectors of elements, in u32 lanes widened to u64 every kWiden adds: a term
-// is at most 2^20, so 4096 fit a lane.
+// is at most 2^16, so 65536 fit a lane.
 class TermLanes {
  public:
   static constexpr int kWiden = 1024;
@@ -86,8 +100,8 @@ class TermLanes {
   // The terms of the fp32 values x' and e' (kernels/int8.h): their squares, rounded half to
   // even to integers.
   HWY_INLINE void Add(VF source, VF error) {
-    source32_ = hn::Add(source32_, hn::BitCast(DU(), hn::NearestInt(hn::Mul(source, source))));
-    error32_ = hn::Add(error32_, hn::BitCast(DU(), hn::NearestInt(hn::Mul(error, error))));
+    source32_ = hn::Add(source32_, Term(source));
+    error32_ = hn::Add(error32_, Term(error));
     if (++pending_ == kWiden) Widen();
   }
   HWY_INLINE void AddTo(TermTotals& totals) {
@@ -598,6 +612,8 @@ constexpr int kFp4Base = 132;
 // The tables every row shares.
 struct KeyTables {
   HWY_ALIGN float scaled[kKeys];             // x'
+  HWY_ALIGN float binade[kKeys];             // x' with its fraction cleared: 2^(key / 8 - 2)
+  HWY_ALIGN float significand[16];           // 1 + (i % 8) / 8: x' / binade
   HWY_ALIGN uint8_t source_term[2][kKeys];   // bytes 0..1 of each key's source term
   HWY_ALIGN uint8_t fp4_ord[64];             // by nibble (sign included), in each 128-bit lane
   bool low_keys_small = true;                // source term byte 1 is 0 below key 64
@@ -605,11 +621,13 @@ struct KeyTables {
   KeyTables() {
     const Int8Row unit_row = Int8Row::of_amax(kMaxCode); // scale 1: x' = x * 2^6
     for (int key = 0; key < kKeys; ++key) {
-      scaled[key] = std::ldexp(1.0f + float(key % 8) / 8.0f, key / 8 - 2);
+      binade[key] = std::ldexp(1.0f, key / 8 - 2);
+      scaled[key] = binade[key] * (1.0f + float(key % 8) / 8.0f);
       const uint32_t term = quantize_int8_element(std::ldexp(scaled[key], -Int8::error_shift), unit_row).source_term;
       for (int byte = 0; byte < 2; ++byte) source_term[byte][key] = uint8_t(term >> 8 * byte);
       low_keys_small = low_keys_small && term <= (key >= kKeys / 2 ? 0xFFFFu : 0xFFu);
     }
+    for (int i = 0; i < 16; ++i) significand[i] = 1.0f + float(i % 8) / 8.0f;
     for (int i = 0; i < 64; ++i) {
       const float v = e2m1_to_float(uint8_t(i % 8));
       fp4_ord[i] = v == 0.0f ? 0 : uint8_t(8 * (std::ilogb(v) + 13) + int((std::ldexp(v, -std::ilogb(v)) - 1.0f) * 8.0f));
@@ -625,39 +643,67 @@ const KeyTables& Keys() {
 // 128 table bytes in two registers.
 struct ZmmPair {
   __m512i low, high;
+  ZmmPair(__m512i low_keys, __m512i high_keys) : low(low_keys), high(high_keys) {}
   explicit ZmmPair(const uint8_t* bytes) : low(_mm512_load_si512(bytes)), high(_mm512_load_si512(bytes + 64)) {}
   HWY_INLINE __m512i Lookup(__m512i key) const { return _mm512_permutex2var_epi8(low, key, high); }
 };
 
+// Byte `byte` of each of the 64 dwords of four vectors, in order: low bytes by vpermt2b of
+// pairs of vectors, the two halves joined.
+template <int kByte>
+HWY_INLINE __m512i ByteOfDwords(const __m512i* dwords) {
+  HWY_ALIGN static constexpr auto kIndex = [] {
+    std::array<uint8_t, 64> index{};
+    for (int i = 0; i < 64; ++i) index[size_t(i)] = uint8_t(4 * (i % 32) + kByte);
+    return index;
+  }();
+  const __m512i index = _mm512_load_si512(kIndex.data());
+  const __m512i first = _mm512_permutex2var_epi8(dwords[0], index, dwords[1]);
+  const __m512i second = _mm512_permutex2var_epi8(dwords[2], index, dwords[3]);
+  return _mm512_inserti64x4(first, _mm512_castsi512_si256(second), 1);
+}
+
 // A row's tables, from the same fp32 operations as the ref's element (QuantizeVector on x'
-// of each key). Keys below 64 have x' < 64 <= m, so code 0 or 1 (from `first_one`, the
-// least key of code 1) and source term byte 1 of 0 (KeyTables::low_keys_small);
-// keys from 64 have code 1 or more: those codes and bytes come from the upper halves by
-// vpermb. `valid` checks the codes.
+// of each key; the quotient x' / m as QuotientTable takes it, a table of the 8
+// significands' quotients times the key's binade). Keys below 64 have x' < 64 <= m, so
+// code 0 or 1 (from `first_one`, the least key of code 1) and source term byte 1 of 0
+// (KeyTables::low_keys_small); keys from 64 have code 1 or more: those codes and bytes
+// come from the upper halves by vpermb. `valid` checks the codes.
 struct RowTables {
-  HWY_ALIGN uint8_t code[kKeys];
-  HWY_ALIGN uint8_t error_term[2][kKeys];
+  __m512i code_high;     // codes of keys 64..127
+  ZmmPair error0, error1; // error term bytes 0 and 1
   uint8_t first_one = kKeys / 2;
   bool valid = true;
 
-  RowTables(const Int8Row& row, const KeyTables& keys) {
+  RowTables(const Int8Row& row, const KeyTables& keys) : error0(ByteZero()), error1(ByteZero()) {
     const DF df;
-    const QuotientTable table(row.m);
     const VF m = hn::Set(df, row.m), bias = hn::Set(df, kRoundingBias);
-    for (int key = 0; key < kKeys; key += 16) {
-      const VF scaled = hn::Load(df, keys.scaled + key);
-      const VF rounded = hn::Add(table.Quotient(scaled), bias);
-      const VF error = hn::Sub(hn::Mul(hn::Sub(rounded, bias), m), scaled);
-      const auto term = hn::BitCast(DU(), hn::NearestInt(hn::Mul(error, error)));
-      hn::Store(LowBytes(hn::BitCast(DU(), rounded)), D8(), code + key);
-      hn::Store(LowBytes(term), D8(), error_term[0] + key);
-      hn::Store(LowBytes(hn::ShiftRight<8>(term)), D8(), error_term[1] + key);
+    const VF quotients = hn::Div(hn::Load(df, keys.significand), m);
+    __m512i codes[2], term_bytes[2][2];
+    for (int half = 0; half < 2; ++half) {
+      __m512i rounded_bits[4], terms[4];
+      for (int v = 0; v < 4; ++v) {
+        const int key = 64 * half + 16 * v;
+        const VF scaled = hn::Load(df, keys.scaled + key);
+        const VF rounded = hn::Add(hn::Mul(quotients, hn::Load(df, keys.binade + key)), bias);
+        rounded_bits[v] = hn::BitCast(DU(), rounded).raw;
+        terms[v] = Term(hn::Sub(hn::Mul(hn::Sub(rounded, bias), m), scaled)).raw;
+      }
+      codes[half] = ByteOfDwords<0>(rounded_bits);
+      term_bytes[half][0] = ByteOfDwords<0>(terms);
+      term_bytes[half][1] = ByteOfDwords<1>(terms);
     }
+    code_high = codes[1];
+    error0 = ZmmPair(term_bytes[0][0], term_bytes[1][0]);
+    error1 = ZmmPair(term_bytes[0][1], term_bytes[1][1]);
     // Codes rise with the key: first_one is the count of low keys of code 0.
-    const __m512i low = _mm512_load_si512(code), high = _mm512_load_si512(code + kKeys / 2), one = _mm512_set1_epi8(1);
-    first_one = uint8_t(__builtin_popcountll(_mm512_cmpeq_epi8_mask(low, _mm512_setzero_si512())));
-    valid = _mm512_cmpgt_epu8_mask(low, one) == 0 && _mm512_cmplt_epu8_mask(high, one) == 0;
+    const __m512i one = _mm512_set1_epi8(1);
+    first_one = uint8_t(__builtin_popcountll(_mm512_cmpeq_epi8_mask(codes[0], _mm512_setzero_si512())));
+    valid = _mm512_cmpgt_epu8_mask(codes[0], one) == 0 && _mm512_cmplt_epu8_mask(code_high, one) == 0;
   }
+
+ private:
+  static ZmmPair ByteZero() { return ZmmPair(_mm512_setzero_si512(), _mm512_setzero_si512()); }
 };
 
 // 64 FP8 codes: their magnitudes (the ord) and the sign mask.
@@ -694,9 +740,9 @@ HWY_INLINE float LutRow(const uint8_t* source, size_t source_bytes, const uint8_
   const RowTables tables(row, keys);
   if (!tables.valid || !keys.low_keys_small) return NAN;
   const __m512i ord_table = _mm512_load_si512(keys.fp4_ord);
-  const __m512i code_high = _mm512_load_si512(tables.code + 64);
+  const __m512i code_high = tables.code_high;
   const __m512i source1_high = _mm512_load_si512(keys.source_term[1] + 64);
-  const ZmmPair source0(keys.source_term[0]), error0(tables.error_term[0]), error1(tables.error_term[1]);
+  const ZmmPair source0(keys.source_term[0]), error0 = tables.error0, error1 = tables.error1;
   const __m512i first_one_less_1 = _mm512_set1_epi8(char(tables.first_one - 1)), one = _mm512_set1_epi8(1);
   HWY_ALIGN static constexpr uint8_t kSpread[64] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
@@ -713,8 +759,10 @@ HWY_INLINE float LutRow(const uint8_t* source, size_t source_bytes, const uint8_
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(below + block % kFusedBlocks), _mm512_cvtusepi16_epi8(eight_times));
     }
     for (size_t column = chunk; column < chunk_end; column += 64) {
-      // The next row's bytes for its amax pass (a prefetch past the buffer is harmless).
+      // The next row's bytes for its amax pass, and its output line for writing (a
+      // prefetch past a buffer is harmless).
       hwy::Prefetch(source + source_bytes + (kFp4 ? column / 2 : column));
+      _m_prefetchw(out + cols + column);
       __mmask64 negative;
       const __m512i ord = kFp4 ? Fp4Ords(source, column, ord_table, negative) : Fp8Ords(source, column, negative);
       const __m512i offset = _mm512_permutexvar_epi8(spread, _mm512_loadu_si512(below + column / kSourceBlock % kFusedBlocks));
@@ -730,10 +778,8 @@ HWY_INLINE float LutRow(const uint8_t* source, size_t source_bytes, const uint8_
     }
   }
   TermTotals totals;
-  for (int byte = 0; byte < 2; ++byte) {
-    totals.source_sq += uint64_t(_mm512_reduce_add_epi64(sum[byte])) << 8 * byte;
-    totals.error_sq += uint64_t(_mm512_reduce_add_epi64(sum[2 + byte])) << 8 * byte;
-  }
+  totals.source_sq = uint64_t(_mm512_reduce_add_epi64(_mm512_add_epi64(sum[0], _mm512_slli_epi64(sum[1], 8))));
+  totals.error_sq = uint64_t(_mm512_reduce_add_epi64(_mm512_add_epi64(sum[2], _mm512_slli_epi64(sum[3], 8))));
   if (sums) *sums = SumsOf(totals, row, false);
   return row.scale;
 }
