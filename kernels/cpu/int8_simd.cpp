@@ -595,7 +595,7 @@ HWY_INLINE void ScaleRange(const uint8_t* scales, size_t blocks, uint8_t& smalle
 // below, x' = x * 2^(6 - k) < 2^-2, so its code and both terms are 0, as for every key
 // 0..7. A decoded FP8 / FP4 value has no more fraction bits, so its key is its value: its
 // code and terms come from tables of 128 bytes by byte permutes (vpermb on 64 entries,
-// vpermi2b on 128, which costs two cycles).
+// vpermi2b on 128, which costs two cycles), and the term bytes are summed by vpdpbusd.
 // x' of a key, (1 + (key % 8) / 8) * 2^(key / 8 - 2), is the same in every row, and so are
 // the source terms; the code and the error term depend on the row's m = scale * 2^(6 - k).
 // A source code's key is its "ord", 8 * (binade(v) + bias) + fraction bits of its value v
@@ -730,8 +730,11 @@ HWY_INLINE __m512i Fp4Ords(const uint8_t* packed, size_t column, __m512i ord_tab
 
 // A row of FP8 or FP4 blocks (cols a multiple of 64) by tables, its amax known: its scale,
 // else NaN (a block above k + base, or a scale below 2^-120: the fused vector path).
+// vpdpbusd is AVX512-VNNI, which Highway's dispatch requires of every AVX3_DL CPU (its
+// target string names only the 256-bit form): the attribute adds it to this function,
+// which is therefore not inlined.
 template <bool kFp4>
-HWY_INLINE float LutRow(const uint8_t* source, size_t source_bytes, const uint8_t* scales, size_t cols,
+__attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* source, size_t source_bytes, const uint8_t* scales, size_t cols,
                         uint8_t largest, float amax, int8_t* out, Int8RowSums* sums) {
   const Int8Row row = Int8Row::of_amax(amax);
   const int base = row.k + (kFp4 ? kFp4Base : kFp8Base);
@@ -747,11 +750,14 @@ HWY_INLINE float LutRow(const uint8_t* source, size_t source_bytes, const uint8_
   HWY_ALIGN static constexpr uint8_t kSpread[64] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
                                                     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-  const __m512i spread = _mm512_load_si512(kSpread), zero = _mm512_setzero_si512();
-  __m512i sum[4] = {zero, zero, zero, zero}; // source term bytes 0..1, error term bytes 0..1
+  const __m512i spread = _mm512_load_si512(kSpread), zero = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
+  TermTotals totals;
   HWY_ALIGN uint8_t below[kFusedBlocks + 64] = {}; // 8 * (k + base - b), at most 255
   for (size_t chunk = 0; chunk < cols; chunk += kTileCols) {
     const size_t chunk_end = std::min(cols, chunk + kTileCols);
+    // Term bytes summed four at a time into i32 lanes (vpdpbusd: each vector adds at most
+    // 4 * 255 to a lane), added to the totals at the chunk's end.
+    __m512i sum[4] = {zero, zero, zero, zero}; // source term bytes 0..1, error term bytes 0..1
     for (size_t block = chunk / kSourceBlock; block < chunk_end / kSourceBlock; block += 32) {
       const __mmask32 present = uint32_t(_bzhi_u64(~0ull, unsigned(std::min<size_t>(32, chunk_end / kSourceBlock - block))));
       const __m512i wide = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(present, scales + block));
@@ -771,15 +777,16 @@ HWY_INLINE float LutRow(const uint8_t* source, size_t source_bytes, const uint8_
       const __m512i low_code = _mm512_min_epu8(_mm512_subs_epu8(key, first_one_less_1), one);
       const __m512i magnitude = _mm512_max_epu8(_mm512_maskz_permutexvar_epi8(high, key, code_high), low_code);
       _mm512_storeu_si512(out + column, _mm512_mask_sub_epi8(magnitude, negative, zero, magnitude));
-      sum[0] = _mm512_add_epi64(sum[0], _mm512_sad_epu8(source0.Lookup(key), zero));
-      sum[1] = _mm512_add_epi64(sum[1], _mm512_sad_epu8(_mm512_maskz_permutexvar_epi8(high, key, source1_high), zero));
-      sum[2] = _mm512_add_epi64(sum[2], _mm512_sad_epu8(error0.Lookup(key), zero));
-      sum[3] = _mm512_add_epi64(sum[3], _mm512_sad_epu8(error1.Lookup(key), zero));
+      sum[0] = _mm512_dpbusd_epi32(sum[0], source0.Lookup(key), ones);
+      sum[1] = _mm512_dpbusd_epi32(sum[1], _mm512_maskz_permutexvar_epi8(high, key, source1_high), ones);
+      sum[2] = _mm512_dpbusd_epi32(sum[2], error0.Lookup(key), ones);
+      sum[3] = _mm512_dpbusd_epi32(sum[3], error1.Lookup(key), ones);
     }
+    const auto total = [](__m512i lanes) { return uint64_t(uint32_t(_mm512_reduce_add_epi32(lanes))); };
+    totals.source_sq += total(sum[0]) + (total(sum[1]) << 8);
+    totals.error_sq += total(sum[2]) + (total(sum[3]) << 8);
   }
-  TermTotals totals;
-  totals.source_sq = uint64_t(_mm512_reduce_add_epi64(_mm512_add_epi64(sum[0], _mm512_slli_epi64(sum[1], 8))));
-  totals.error_sq = uint64_t(_mm512_reduce_add_epi64(_mm512_add_epi64(sum[2], _mm512_slli_epi64(sum[3], 8))));
+
   if (sums) *sums = SumsOf(totals, row, false);
   return row.scale;
 }
