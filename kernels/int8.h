@@ -145,11 +145,12 @@ float quantize_row_int8_ref(const float* x, int cols, int8_t* codes, Int8RowSums
 // scale, codes and sums bits as quantize_row_int8_ref.
 float quantize_row_int8_simd(const float* x, int cols, int8_t* codes, Int8RowSums* sums);
 
-// A source row decoded and quantized in one pass, the decoded row kept in a stack tile:
-// the same bits as decoding it (below) and calling quantize_row_int8_ref on the result.
-// `scales` holds the row's E8M0 scales, one per 32 columns (a partial last block too).
-// Precondition: no NaN code and no NaN scale byte (0xFF); the codecs refuse those first.
-//   FP8: E4M3 codes, value = e4m3_to_float(code) * e8m0_to_float(scale).
+// A source row decoded and quantized in one pass: the same bits as decoding it (below) and
+// calling quantize_row_int8_ref on the result. `scales` holds the row's E8M0 scales, one
+// per 32 columns (a partial last block too). Precondition: no NaN scale byte (0xFF).
+//   FP8: E4M3 codes, value = e4m3_to_float(code) * e8m0_to_float(scale). A NaN code makes
+//   it return NaN, its codes and sums meaningless: the row is looked at once, and only then
+//   does the caller search it for the column to name.
 float quantize_row_int8_from_fp8_simd(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out,
                                       Int8RowSums* sums);
 //   FP4: E2M1 codes two per byte, low nibble = even column (cols even), value =

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <utility>
@@ -128,9 +129,6 @@ LinearRows linear_rows(const ChunkInput& chunk, LinearSource source) {
 
 // A stop request is looked at every this many rows: a stop never waits for a whole chunk.
 constexpr uint64_t kCancelRows = 256;
-// INT8 rows are checked for NaN codes this many at a time, just before they are quantized:
-// 16 rows of a 7168-wide linear (112 KiB) stay in L2 for the kernel.
-constexpr uint64_t kCheckRows = 16;
 
 // Sizes one output buffer per entry of `row_bytes` (bytes per row), then encodes row by row.
 template <class EncodeRow>
@@ -148,18 +146,21 @@ bool encode_rows(uint64_t rows, std::initializer_list<uint64_t> row_bytes, Encod
 }
 
 // W8A8: each row decoded exactly and quantized to symmetric per-channel INT8, in one pass
-// (quantize_linear_row_int8). Figures: rows, all-zero rows (zero_blocks: a row is the INT8
-// block), sum x^2 and sum (deq - x)^2.
+// that also finds NaN codes (quantize_linear_row_int8). Figures: rows, all-zero rows
+// (zero_blocks: a row is the INT8 block), sum x^2 and sum (deq - x)^2.
 bool encode_int8(const ChunkInput& chunk, LinearSource source, EncodedChunk& out, const std::atomic<bool>* cancel) {
   const LinearRows rows = linear_rows(chunk, source);
   check_linear_scales(rows);
   const uint64_t cols = uint64_t(rows.cols);
   const auto encode = [&](uint64_t r) {
-    // Codes are checked a few rows ahead of the kernel: one pass over memory, not two.
-    if (r % kCheckRows == 0) check_linear_codes(rows, r, std::min(kCheckRows, rows.rows - r));
     Int8RowSums sums;
     int8_t* codes = reinterpret_cast<int8_t*>(out.buffers[0].data() + r * cols);
     const float scale = quantize_linear_row_int8(rows, r, codes, &sums);
+    if (std::isnan(scale)) { // a NaN code: the kernel saw it in its one pass over the row
+      check_linear_codes(rows, r, 1);
+      throw StageError(fmt::format("{}: row {}: the INT8 kernel found a NaN code the check did not", rows.tensor,
+                                   rows.first_row + r));
+    }
     std::memcpy(out.buffers[1].data() + r * sizeof(float), &scale, sizeof(float)); // F32 little-endian
     ++out.stats.rows;
     ++out.stats.blocks;

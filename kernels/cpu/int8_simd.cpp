@@ -22,6 +22,7 @@
 
 #include "kernels/formats.h"
 #include "kernels/int8.h"
+#include "kernels/scan.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/int8_simd.cpp"
@@ -420,9 +421,17 @@ constexpr size_t kFusedBlocks = kTileCols / kSourceBlock; // blocks per stack ch
 // over its bytes from a broadcast of the vector's scale bytes (one byte shuffle). Folds
 // the largest key into `key`; `done`: the blocks covered (whole vectors; the caller takes
 // the rest). Returns false where a key would not fit in a byte.
+// The largest byte of a vector (this Highway folds no u8 vector: in u16 lanes).
+HWY_INLINE uint32_t LargestByte(hn::Vec<hn::Full512<uint8_t>> v) {
+  const hn::Full512<uint16_t> d16;
+  const auto wide = hn::BitCast(d16, v);
+  return hn::GetLane(hn::MaxOfLanes(d16, hn::Max(hn::And(wide, hn::Set(d16, uint16_t{0xFF})), hn::ShiftRight<8>(wide))));
+}
+
 template <int kShift, class Magnitude>
 HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, size_t per, uint32_t top,
-                           uint8_t smallest, uint8_t largest, const Magnitude& magnitude, uint32_t& key, size_t& done) {
+                           uint8_t smallest, uint8_t largest, const Magnitude& magnitude, uint32_t& key, size_t& done,
+                           uint32_t& largest_magnitude) {
   constexpr uint32_t k0 = 1u << kShift;
   const hn::Full512<uint8_t> d8;
   const hn::Full512<uint32_t> d32;
@@ -434,7 +443,7 @@ HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t b
        2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3}};
   const auto spread = hn::Load(d8, kSpread[per == 4 ? 1 : 0]);
   HWY_ALIGN uint8_t offsets[kFusedBlocks + 64] = {};
-  auto keys = hn::Zero(d8);
+  auto keys = hn::Zero(d8), magnitudes = hn::Zero(d8);
   done = blocks / per * per;
   for (size_t chunk = 0; chunk < done; chunk += kFusedBlocks) {
     const size_t count = std::min(kFusedBlocks, done - chunk);
@@ -447,14 +456,13 @@ HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t b
       uint32_t four;
       std::memcpy(&four, offsets + b, sizeof(four));
       const auto offset = hn::TableLookupBytes(hn::BitCast(d8, hn::Set(d32, four)), spread);
-      keys = hn::Max(keys, hn::Add(magnitude(hn::LoadU(d8, bytes + (chunk + b) / per * 64)), offset));
+      const auto value_magnitude = magnitude(hn::LoadU(d8, bytes + (chunk + b) / per * 64));
+      keys = hn::Max(keys, hn::Add(value_magnitude, offset));
+      magnitudes = hn::Max(magnitudes, value_magnitude);
     }
   }
-  HWY_ALIGN uint8_t lanes[64];
-  hn::Store(keys, d8, lanes);
-  uint32_t largest_key = 0;
-  for (uint8_t lane : lanes) largest_key = std::max(largest_key, uint32_t(lane));
-  key = std::max(key, largest_key + k0 * smallest);
+  key = std::max(key, LargestByte(keys) + k0 * smallest);
+  largest_magnitude = LargestByte(magnitudes);
   return true;
 }
 #endif
@@ -467,19 +475,20 @@ HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t b
 // 2^(K / 8 - 133), whose fp32 bits are K << 20 - 6 << 23 (when that is a normal number).
 // Returns false where it cannot tell (the amax may be a subnormal code's, or not normal).
 HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t blocks, uint8_t smallest_b,
-                           uint8_t largest_b, float& amax) {
+                           uint8_t largest_b, float& amax, bool& nan_code) {
   const hn::CappedTag<uint16_t, kSourceBlock> d16;
   const hn::Rebind<uint8_t, decltype(d16)> d8;
   const size_t n = hn::Lanes(d16);
-  auto keys = hn::Zero(d16);
-  uint32_t byte_key = 0;
+  auto keys = hn::Zero(d16), magnitudes = hn::Zero(d16);
+  uint32_t byte_key = 0, byte_magnitude = 0;
   size_t first = 0;
 #if HWY_TARGET <= HWY_AVX3
   const auto magnitude = [](hn::Vec<hn::Full512<uint8_t>> v) {
     const hn::Full512<uint8_t> d;
     return hn::SaturatedSub(hn::And(v, hn::Set(d, uint8_t{0x7F})), hn::Set(d, uint8_t{8}));
   };
-  if (!MaxByteKey<3>(codes, scales, blocks, 2, 119, smallest_b, largest_b, magnitude, byte_key, first)) first = 0;
+  if (!MaxByteKey<3>(codes, scales, blocks, 2, 119, smallest_b, largest_b, magnitude, byte_key, first, byte_magnitude))
+    first = 0;
 #else
   (void)smallest_b;
 #endif
@@ -488,8 +497,11 @@ HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t b
     for (size_t column = block * kSourceBlock; column < (block + 1) * kSourceBlock; column += n) {
       const auto magnitude = hn::And(hn::PromoteTo(d16, hn::LoadU(d8, codes + column)), hn::Set(d16, uint16_t{0x7F}));
       keys = hn::Max(keys, hn::Add(hn::SaturatedSub(magnitude, hn::Set(d16, uint16_t{8})), offset));
+      magnitudes = hn::Max(magnitudes, magnitude);
     }
   }
+  // A NaN code (magnitude 0x7F) is 119 in the bytes' keys (magnitude - 8).
+  nan_code = (first > 0 && byte_magnitude == 0x7F - 8) || hn::GetLane(hn::MaxOfLanes(d16, magnitudes)) == 0x7F;
   const uint32_t key = std::max(byte_key, uint32_t(hn::GetLane(hn::MaxOfLanes(d16, keys))));
   const uint32_t biased_exponent = (key >> 3) - 6;
   if (key <= 8u * largest_b || key >> 3 < 7 || biased_exponent > 254) return false;
@@ -517,7 +529,9 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
     const auto high = hn::And(hn::BitCast(d, hn::ShiftRight<4>(hn::BitCast(dw, v))), hn::Set(d, uint8_t{7}));
     return hn::SaturatedSub(hn::Max(low, high), hn::Set(d, uint8_t{2}));
   };
-  if (!MaxByteKey<1>(packed, scales, blocks, 4, 5, smallest_b, largest_b, magnitude, byte_key, first)) first = 0;
+  uint32_t byte_magnitude = 0;
+  if (!MaxByteKey<1>(packed, scales, blocks, 4, 5, smallest_b, largest_b, magnitude, byte_key, first, byte_magnitude))
+    first = 0;
 #else
   (void)smallest_b;
 #endif
@@ -796,15 +810,20 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
 // non-zero code times 2^(b - 127) is normal, 10 for E4M3's 2^-9, 2 for E2M1's 0.5): its
 // scale, else NaN (the row takes the tile path).
 // `source`, `source_bytes`: the row's codes (for the prefetch of the next row).
+// `scanned`: whether key_amax looked at every code (then `nan_code` says if one is NaN).
 template <bool kFp4, class KeyAmax, class DecodeBlock>
 HWY_INLINE float FusedRow(const KeyAmax& key_amax, const DecodeBlock& decode_block, const uint8_t* source, size_t source_bytes,
-                          const uint8_t* scales, int cols, int smallest_x, int shift, int8_t* out, Int8RowSums* sums) {
+                          const uint8_t* scales, int cols, int smallest_x, int shift, int8_t* out, Int8RowSums* sums,
+                          bool& scanned, bool& nan_code) {
   if (cols <= 0 || cols % kSourceBlock != 0 || hn::Lanes(DF()) < 8) return NAN;
   const size_t blocks = size_t(cols) / kSourceBlock;
   uint8_t smallest, largest;
   ScaleRange(scales, blocks, smallest, largest);
+  if (smallest < smallest_x) return NAN;
   float amax = 0.0f;
-  if (smallest < smallest_x || !key_amax(blocks, smallest, largest, amax)) return NAN;
+  const bool amax_known = key_amax(blocks, smallest, largest, amax, nan_code);
+  scanned = true;
+  if (nan_code || !amax_known) return NAN;
 #if HWY_TARGET == HWY_AVX3_DL
   if (cols % 64 == 0) {
     const float scale = LutRow<kFp4>(source, source_bytes, scales, size_t(cols), largest, amax, out, sums);
@@ -823,10 +842,12 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, const DecodeBlock& decode_blo
 #endif
 
 float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out, Int8RowSums* sums) {
+  bool scanned = false; // whether the fused row looked at every code
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
   {
-    const auto key_amax = [=](size_t blocks, uint8_t smallest, uint8_t largest, float& amax) {
-      return Fp8KeyAmax(codes, scales, blocks, smallest, largest, amax);
+    bool nan_code = false;
+    const auto key_amax = [=](size_t blocks, uint8_t smallest, uint8_t largest, float& amax, bool& nan_found) {
+      return Fp8KeyAmax(codes, scales, blocks, smallest, largest, amax, nan_found);
     };
     const auto decode_block = [=](size_t column, VF unit, VF* values) {
 #if HWY_TARGET <= HWY_AVX3
@@ -836,10 +857,12 @@ float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int co
         values[v] = DecodeFp8ViaFp16(codes + column + v * hn::Lanes(DF()), unit);
 #endif
     };
-    const float scale = FusedRow<false>(key_amax, decode_block, codes, size_t(std::max(cols, 0)), scales, cols, 10, 8, out, sums);
-    if (!std::isnan(scale)) return scale;
+    const float scale = FusedRow<false>(key_amax, decode_block, codes, size_t(std::max(cols, 0)), scales, cols, 10, 8, out,
+                                        sums, scanned, nan_code);
+    if (!std::isnan(scale) || nan_code) return scale;
   }
 #endif
+  if (!scanned && any_e4m3_nan_simd(codes, size_t(std::max(cols, 0)))) return NAN;
   const auto element = [=](size_t column, float scale) { return e4m3_to_float(codes[column]) * scale; };
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   uint8_t largest_scale = 0;
@@ -862,14 +885,17 @@ float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int c
                              Int8RowSums* sums) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
   {
-    const auto key_amax = [=](size_t blocks, uint8_t smallest, uint8_t largest, float& amax) {
+    const auto key_amax = [=](size_t blocks, uint8_t smallest, uint8_t largest, float& amax, bool& nan_found) {
+      nan_found = false; // every E2M1 code is a number
       return Fp4KeyAmax(packed, scales, blocks, smallest, largest, amax);
     };
     const auto decode_block = [=](size_t column, VF unit, VF* values) {
       for (size_t v = 0; v < kSourceBlock / hn::Lanes(DF()); ++v)
         values[v] = DecodeFp4(packed + (column + v * hn::Lanes(DF())) / 2, unit);
     };
-    const float scale = FusedRow<true>(key_amax, decode_block, packed, size_t(std::max(cols, 0)) / 2, scales, cols, 2, 0, out, sums);
+    bool scanned = false, nan_code = false;
+    const float scale = FusedRow<true>(key_amax, decode_block, packed, size_t(std::max(cols, 0)) / 2, scales, cols, 2, 0, out,
+                                       sums, scanned, nan_code);
     if (!std::isnan(scale)) return scale;
   }
 #endif

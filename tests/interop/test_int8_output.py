@@ -198,9 +198,10 @@ def test_report_figures(work, linears):
         for kind, k in kinds.items():
             tensors, error_sq, reference_sq, rows = sums[(ignored, kind)]
             assert k["tensors"] == tensors and k["rows"] == rows, (section, kind)
-            # INT8 rows sum their terms in fp32 lanes (docs/formats.md "INT8"): within 1e-5.
+            # INT8 rows sum integer terms, each within half a unit of its square
+            # (docs/formats.md "INT8"): the figure within 1e-3 of the fp64 one.
             want = np.sqrt(error_sq / reference_sq)
-            tolerance = 1e-5 * want if section == "int8" else 1e-9
+            tolerance = 1e-3 * want if section == "int8" else 1e-9
             assert abs(k["rel_rms_error"] - want) <= tolerance, (section, kind, k["rel_rms_error"], want)
     assert report["all_zero_rows"] == 0
     assert report["parameters"]["ignore"] == IGNORE

@@ -317,6 +317,28 @@ TEST(Int8Simd, SourceAmaxKeysEqualDecodeAndRef) {
   });
 }
 
+// A NaN code anywhere (first or last column, a partial last block, rows the fused paths
+// hand on: a partial block, scale bytes past the fp16 decode's) makes the FP8 row return
+// NaN on every target: the kernel's one pass over the row is the check.
+TEST(Int8Simd, Fp8NanCodeReturnsNan) {
+  test::for_each_simd_target([](const std::string& on) {
+    std::mt19937 rng(7);
+    for (int cols : {32, 33, 64, 96, 250, 2048, 7168, 8200}) {
+      for (int trial = 0; trial < 8; ++trial) {
+        SourceRow row = trial % 4 == 3 ? random_source(rng, cols, true, 240, 11) : random_source(rng, cols, true, 112, 10);
+        if (trial % 4 == 3)
+          for (auto& c : row.codes) c = uint8_t((c & 0x80) | std::min(c & 0x7F, 0x5F));
+        const size_t at = trial == 0 ? 0 : trial == 1 ? size_t(cols) - 1 : size_t(rng() % uint32_t(cols));
+        row.codes[at] = rng() % 2 ? 0x7F : 0xFF;
+        std::vector<int8_t> out(static_cast<size_t>(cols));
+        Int8RowSums sums;
+        const float scale = quantize_row_int8_from_fp8_simd(row.codes.data(), row.scales.data(), cols, out.data(), &sums);
+        EXPECT_TRUE(std::isnan(scale)) << label("fp8 nan at " + std::to_string(at), cols, trial, on);
+      }
+    }
+  });
+}
+
 TEST(Int8Simd, ZeroSourceRowsEqualDecodeAndRef) {
   test::for_each_simd_target([](const std::string& on) {
     for (int cols : {32, 96, 2048, 8200}) {
