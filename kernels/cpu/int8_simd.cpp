@@ -501,8 +501,12 @@ HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t b
     }
   }
   // A NaN code (magnitude 0x7F) is 119 in the bytes' keys (magnitude - 8).
-  nan_code = (first > 0 && byte_magnitude == 0x7F - 8) || hn::GetLane(hn::MaxOfLanes(d16, magnitudes)) == 0x7F;
-  const uint32_t key = std::max(byte_key, uint32_t(hn::GetLane(hn::MaxOfLanes(d16, keys))));
+  nan_code = first > 0 && byte_magnitude == 0x7F - 8;
+  uint32_t key = byte_key;
+  if (first < blocks) {
+    nan_code = nan_code || hn::GetLane(hn::MaxOfLanes(d16, magnitudes)) == 0x7F;
+    key = std::max(key, uint32_t(hn::GetLane(hn::MaxOfLanes(d16, keys))));
+  }
   const uint32_t biased_exponent = (key >> 3) - 6;
   if (key <= 8u * largest_b || key >> 3 < 7 || biased_exponent > 254) return false;
   amax = std::bit_cast<float>((key << 20) - (6u << 23));
@@ -543,7 +547,7 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
       keys = hn::Max(keys, hn::Add(hn::SaturatedSub(magnitude, hn::Set(d16, uint16_t{2})), offset));
     }
   }
-  const uint32_t key = std::max(byte_key, uint32_t(hn::GetLane(hn::MaxOfLanes(d16, keys))));
+  const uint32_t key = first < blocks ? std::max(byte_key, uint32_t(hn::GetLane(hn::MaxOfLanes(d16, keys)))) : byte_key;
   const uint32_t biased_exponent = key >> 1;
   if (key <= 2u * largest_b || biased_exponent < 1 || biased_exponent > 254) return false;
   amax = std::bit_cast<float>(key << 22);
