@@ -63,7 +63,7 @@ void ChunkWriter::rethrow_if_failed() {
 }
 
 void ChunkWriter::run() {
-  std::vector<Pending> unsynced;      // written, not yet covered by an fsync
+  std::vector<ChunkResult> unsynced;  // written, not yet covered by an fsync
   std::set<size_t> unsynced_shards;   // the shards they were written to
   uint64_t unsynced_bytes = 0;
   std::chrono::steady_clock::time_point sync_due; // when the oldest unsynced chunk must be synced
@@ -94,7 +94,10 @@ void ChunkWriter::run() {
       if (unsynced.empty()) sync_due = std::chrono::steady_clock::now() + kSyncDelay;
       unsynced_bytes += next.bytes.size();
       unsynced_shards.insert(task.shard);
-      unsynced.push_back(std::move(next));
+      unsynced.push_back(next.result);
+      // The bytes are in the file once written: their buffers go back to the workers now,
+      // not at the sync (fresh buffers would cost page faults and zero-filling).
+      recycle(std::move(next.bytes));
       // A slow disk gets fewer, larger syncs; a fast one still no more than one per delay.
       if (unsynced_bytes >= kSyncBytes || std::chrono::steady_clock::now() >= sync_due) {
         make_durable(unsynced, unsynced_shards);
@@ -108,14 +111,15 @@ void ChunkWriter::run() {
   }
 }
 
-void ChunkWriter::make_durable(std::vector<Pending>& unsynced, std::set<size_t>& unsynced_shards) {
+void ChunkWriter::recycle(ChunkBytes bytes) {
+  std::lock_guard lock(mutex_);
+  if (free_.size() < kFreeBuffers) free_.push_back(std::move(bytes));
+}
+
+void ChunkWriter::make_durable(std::vector<ChunkResult>& unsynced, std::set<size_t>& unsynced_shards) {
   outputs_.sync(unsynced_shards);
   unsynced_shards.clear();
-  for (const auto& pending : unsynced) on_durable_(pending.result);
-  std::lock_guard lock(mutex_);
-  for (auto& pending : unsynced) {
-    if (free_.size() < kFreeBuffers) free_.push_back(std::move(pending.bytes));
-  }
+  for (const auto& result : unsynced) on_durable_(result);
   unsynced.clear();
 }
 

@@ -50,8 +50,10 @@ class ChunkWriter {
     ChunkBytes bytes;
   };
   void run();
+  // Keeps a written chunk's buffers for the workers (up to kFreeBuffers of them).
+  void recycle(ChunkBytes bytes);
   // fsyncs the shards written since the last sync, then reports their chunks.
-  void make_durable(std::vector<Pending>& unsynced, std::set<size_t>& unsynced_shards);
+  void make_durable(std::vector<ChunkResult>& unsynced, std::set<size_t>& unsynced_shards);
 
   const Plan& plan_;
   OutputFiles& outputs_;
