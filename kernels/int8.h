@@ -46,48 +46,22 @@ struct Int8RowSums {
 };
 
 namespace int8_detail {
-SHARDQ_HOST_DEVICE inline float div_rn(float a, float b) {
+// The device's explicitly rounded intrinsic, else the host's plain operation.
 #if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
+#define SHARDQ_DEVICE_ELSE_HOST(device, host) device
 #else
-  return a / b;
+#define SHARDQ_DEVICE_ELSE_HOST(device, host) host
 #endif
-}
-SHARDQ_HOST_DEVICE inline float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-SHARDQ_HOST_DEVICE inline float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
+SHARDQ_HOST_DEVICE inline float div_rn(float a, float b) { return SHARDQ_DEVICE_ELSE_HOST((__fdiv_rn(a, b)), (a / b)); }
+SHARDQ_HOST_DEVICE inline float mul_rn(float a, float b) { return SHARDQ_DEVICE_ELSE_HOST((__fmul_rn(a, b)), (a * b)); }
+SHARDQ_HOST_DEVICE inline float sub_rn(float a, float b) { return SHARDQ_DEVICE_ELSE_HOST((__fsub_rn(a, b)), (a - b)); }
 // Round half to even (the default rounding mode's nearbyint, rintf on the device).
-SHARDQ_HOST_DEVICE inline float round_even(float a) {
-#if defined(__CUDA_ARCH__)
-  return rintf(a);
-#else
-  return __builtin_nearbyintf(a);
-#endif
-}
+SHARDQ_HOST_DEVICE inline float round_even(float a) { return SHARDQ_DEVICE_ELSE_HOST((rintf(a)), (__builtin_nearbyintf(a))); }
 SHARDQ_HOST_DEVICE inline float float_of_bits(uint32_t bits) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  return __builtin_bit_cast(float, bits);
-#endif
+  return SHARDQ_DEVICE_ELSE_HOST((__uint_as_float(bits)), (__builtin_bit_cast(float, bits)));
 }
 SHARDQ_HOST_DEVICE inline uint32_t bits_of_float(float value) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(value);
-#else
-  return __builtin_bit_cast(uint32_t, value);
-#endif
+  return SHARDQ_DEVICE_ELSE_HOST((__float_as_uint(value)), (__builtin_bit_cast(uint32_t, value)));
 }
 SHARDQ_HOST_DEVICE inline float power_of_two(int e) { return float_of_bits(uint32_t(e + 127) << 23); } // -126 <= e <= 127
 // The binade of a positive finite float: its exponent field less the bias (a subnormal's

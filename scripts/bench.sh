@@ -342,6 +342,18 @@ for name in ("BM_memcpy_int8_output", "BM_int8_fp8_rows", "BM_int8_fp4_rows", "B
 PY
 }
 
+# The whole w8a8-int8 job (one rank, all cores) on the real-count fixture (`shardq fixture
+# --shape real-count`: 40 layers x 384 routed experts, ~100K tensors in 46 shards, ~83 MB,
+# made once in BENCH_WORK/real-count): what the engine costs per tensor, next to `cp` +
+# fsync of the same shards. Target: <= 1.5x.
+bench_int8_many() {
+  local work="${BENCH_WORK:-$build_dir/bench-e2e}/real-count"
+  if [ ! -f "$work/src/model.safetensors.index.json" ]; then
+    rm -rf "$work/src" && mkdir -p "$work" && "$build_dir/shardq" fixture --shape real-count --out "$work/src" >/dev/null
+  fi
+  cp_vs_run "$work/src" "$work" "shardq run int8 (real-count)" 1.5 "$build_dir/shardq" run jobs/demo-w8a8-int8.toml --src "$work/src"
+}
+
 # The INT8 bench's own source (the e2e fixture's linears are ~32 MB: INT8 links the Engram
 # shards it does not rewrite): BENCH_INT8_LAYERS shards (default 4), each one layer of
 # DeepSeek-sized linears (hidden 7168): attn.wq_a [1536, 7168] (BF16 by the demo ignore
@@ -422,7 +434,8 @@ bench_int8() {
 }
 
 main() {
-  local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling bench_transcode bench_1017 bench_int8_rows bench_int8 bench_threads)
+  local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling bench_transcode bench_1017 bench_int8_rows bench_int8
+    bench_int8_many bench_threads)
   if [ $# -ge 1 ]; then
     "bench_$1"
   else
