@@ -168,7 +168,8 @@ Plan make_plan(const Job& job, int ranks) {
   plan.params = recipe_params(job);
   plan.src = job.src;
   plan.dst = job.dst;
-  io::ShardReaders source_readers(plan.src); // each source header parsed once for the whole plan
+  plan.source_readers = std::make_shared<io::ShardReaders>(plan.src); // each source header parsed once
+  io::ShardReaders& source_readers = *plan.source_readers;
   try {
     plan.recipe = make_recipe(job.recipe);
     plan.source = read_checkpoint_view(source_readers, &plan.source_index);
@@ -305,8 +306,7 @@ nlohmann::ordered_json output_index(const Plan& plan) {
   }
   for (const auto& shard : plan.shards) {
     if (!shard.changed) {
-      const io::Reader reader(plan.src / shard.file);
-      for (const auto& info : reader.tensors()) total += info.end - info.begin;
+      for (const auto& info : plan.source_readers->get(shard.file).tensors()) total += info.end - info.begin;
       continue;
     }
     for (const auto& entry : shard.entries) add(entry.spec.name, shard.file);

@@ -52,6 +52,10 @@ struct Plan {
   std::vector<std::string> other_files; // linked untouched (tokenizer, LICENSE, ...)
   std::vector<std::vector<size_t>> group_tasks; // scale group -> its tasks
   std::vector<std::pair<std::string, std::string>> fingerprint;
+  // The source shards, open and their headers parsed once (by make_plan) for everyone
+  // who reads them afterwards: the workers, the output index. Only looked up after
+  // make_plan (every shard is in it), so shared by threads without a lock.
+  std::shared_ptr<io::ShardReaders> source_readers;
 
   const std::vector<Task>& tasks() const { return recipe_plan.tasks; }
   const std::vector<FactorSet>& factor_sets() const { return recipe_plan.factor_sets; }

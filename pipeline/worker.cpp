@@ -25,7 +25,7 @@ std::span<const uint8_t> as_bytes(const std::vector<double>& values) {
 
 Worker::Worker(const Plan& plan, OutputFiles& outputs, int rank, int threads)
     : plan_(plan), outputs_(outputs), rank_(rank), threads_(threads) {
-  for (const auto& shard : plan.shards) readers_.push_back(std::make_unique<io::Reader>(plan.src / shard.file));
+  for (const auto& shard : plan.shards) readers_.push_back(&plan.source_readers->get(shard.file));
   gptq_pin_blas_threads();
   writer_ = std::make_unique<ChunkWriter>(plan, outputs,
                                           [this](const ChunkResult& result) { emit(0, Tag::chunk_done, encode(result)); });

@@ -85,7 +85,7 @@ class Worker {
   OutputFiles& outputs_;
   int rank_;
   int threads_;
-  std::vector<std::unique_ptr<io::Reader>> readers_; // per source shard, opened once
+  std::vector<const io::Reader*> readers_; // per source shard (the plan's, opened once)
   std::mutex factor_sources_mutex_; // held while a set's source is read (once per set)
   std::map<int, std::vector<float>> factor_sources_; // per factor set: the dequantized linear
   std::map<int, std::shared_ptr<const LayerFactors>> factors_;
