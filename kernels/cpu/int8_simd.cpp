@@ -174,14 +174,22 @@ HWY_INLINE hn::Vec<D8> LowBytes(hn::Vec<DU> v) {
 #endif
 }
 
+// The quotient rounded half to even, biased (the code is its low byte), and the element's
+// error e = q * m - x' (kernels/int8.h), from x' = `scaled` and its `quotient` x / scale.
+HWY_INLINE VF RoundedQuotient(VF scaled, VF quotient, VF m, VF& error) {
+  const VF bias = hn::Set(DF(), kRoundingBias);
+  const VF rounded = hn::Add(quotient, bias);
+  error = hn::Sub(hn::Mul(hn::Sub(rounded, bias), m), scaled);
+  return rounded;
+}
+
 // One vector's codes (stored at `bytes`) and terms: `source` is x * 2^-k, `scaled`
 // x' = x * 2^(6 - k), `quotient` x / scale.
 HWY_INLINE void QuantizeVector(VF source, VF scaled, VF quotient, VF m, uint8_t* bytes, TermLanes& terms) {
-  const DF df;
-  const VF bias = hn::Set(df, kRoundingBias);
-  const VF rounded = hn::Add(quotient, bias);
+  VF error;
+  const VF rounded = RoundedQuotient(scaled, quotient, m, error);
   hn::StoreU(LowBytes(hn::BitCast(DU(), rounded)), D8(), bytes);
-  terms.Add(source, hn::Sub(hn::Mul(hn::Sub(rounded, bias), m), scaled));
+  terms.Add(source, error);
 }
 
 // x * 2^-k from x' = x * 2^(6 - k) of a decoded value: the same real number, and each is
@@ -413,6 +421,21 @@ HWY_INLINE auto SourceDecoder(const uint8_t* scales, int vector_scale_shift, con
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
 constexpr size_t kFusedBlocks = kTileCols / kSourceBlock; // blocks per stack chunk of scales
 
+// The largest and smallest byte of a vector (this Highway folds no u8 vector: each u16
+// lane's two bytes first, then the u16 lanes).
+template <class V>
+HWY_INLINE uint32_t LargestByte(V v) {
+  const hn::RepartitionToWide<hn::DFromV<V>> d16;
+  const auto wide = hn::BitCast(d16, v);
+  return hn::GetLane(hn::MaxOfLanes(d16, hn::Max(hn::And(wide, hn::Set(d16, uint16_t{0xFF})), hn::ShiftRight<8>(wide))));
+}
+template <class V>
+HWY_INLINE uint32_t SmallestByte(V v) {
+  const hn::RepartitionToWide<hn::DFromV<V>> d16;
+  const auto wide = hn::BitCast(d16, v);
+  return hn::GetLane(hn::MinOfLanes(d16, hn::Min(hn::And(wide, hn::Set(d16, uint16_t{0xFF})), hn::ShiftRight<8>(wide))));
+}
+
 #if HWY_TARGET <= HWY_AVX3
 // The largest key of a row's blocks in bytes, as key - k0 * smallest b (k0 = 8 for FP8, 2
 // for FP4), where that fits a byte: a 64-byte vector holds `per` blocks (2 of FP8's 32
@@ -421,13 +444,6 @@ constexpr size_t kFusedBlocks = kTileCols / kSourceBlock; // blocks per stack ch
 // over its bytes from a broadcast of the vector's scale bytes (one byte shuffle). Folds
 // the largest key into `key`; `done`: the blocks covered (whole vectors; the caller takes
 // the rest). Returns false where a key would not fit in a byte.
-// The largest byte of a vector (this Highway folds no u8 vector: in u16 lanes).
-HWY_INLINE uint32_t LargestByte(hn::Vec<hn::Full512<uint8_t>> v) {
-  const hn::Full512<uint16_t> d16;
-  const auto wide = hn::BitCast(d16, v);
-  return hn::GetLane(hn::MaxOfLanes(d16, hn::Max(hn::And(wide, hn::Set(d16, uint16_t{0xFF})), hn::ShiftRight<8>(wide))));
-}
-
 template <int kShift, class Magnitude>
 HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, size_t per, uint32_t top,
                            uint8_t smallest, uint8_t largest, const Magnitude& magnitude, uint32_t& key, size_t& done,
@@ -595,11 +611,8 @@ HWY_INLINE void ScaleRange(const uint8_t* scales, size_t blocks, uint8_t& smalle
     low = hn::Min(low, bytes);
     high = hn::Max(high, bytes);
   }
-  // In u16 lanes (this Highway folds no u8 vector): each lane's two bytes, then the lanes.
-  const hn::RepartitionToWide<decltype(d8)> d16;
-  const auto low16 = hn::BitCast(d16, low), high16 = hn::BitCast(d16, high), byte = hn::Set(d16, uint16_t{0xFF});
-  smallest = uint8_t(hn::GetLane(hn::MinOfLanes(d16, hn::Min(hn::And(low16, byte), hn::ShiftRight<8>(low16)))));
-  largest = uint8_t(hn::GetLane(hn::MaxOfLanes(d16, hn::Max(hn::And(high16, byte), hn::ShiftRight<8>(high16)))));
+  smallest = uint8_t(SmallestByte(low));
+  largest = uint8_t(LargestByte(high));
   for (; block < blocks; ++block) {
     smallest = std::min(smallest, scales[block]);
     largest = std::max(largest, scales[block]);
@@ -695,7 +708,7 @@ struct RowTables {
 
   RowTables(const Int8Row& row, const KeyTables& keys) : error0(ByteZero()), error1(ByteZero()) {
     const DF df;
-    const VF m = hn::Set(df, row.m), bias = hn::Set(df, kRoundingBias);
+    const VF m = hn::Set(df, row.m);
     const VF quotients = hn::Div(hn::Load(df, keys.significand), m);
     __m512i codes[2], term_bytes[2][2];
     for (int half = 0; half < 2; ++half) {
@@ -703,9 +716,10 @@ struct RowTables {
       for (int v = 0; v < 4; ++v) {
         const int key = 64 * half + 16 * v;
         const VF scaled = hn::Load(df, keys.scaled + key);
-        const VF rounded = hn::Add(hn::Mul(quotients, hn::Load(df, keys.binade + key)), bias);
+        VF error;
+        const VF rounded = RoundedQuotient(scaled, hn::Mul(quotients, hn::Load(df, keys.binade + key)), m, error);
         rounded_bits[v] = hn::BitCast(DU(), rounded).raw;
-        terms[v] = Term(hn::Sub(hn::Mul(hn::Sub(rounded, bias), m), scaled)).raw;
+        terms[v] = Term(error).raw;
       }
       codes[half] = ByteOfDwords<0>(rounded_bits);
       term_bytes[half][0] = ByteOfDwords<0>(terms);
