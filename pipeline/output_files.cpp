@@ -19,9 +19,7 @@ constexpr uint64_t kCopyBytes = 64ull << 20;
 
 std::unique_ptr<io::Writer> make_writer(const Plan& plan, size_t shard) {
   const ShardPlan& s = plan.shards[shard];
-  std::vector<io::TensorSpec> specs;
-  for (const auto& entry : s.entries) specs.push_back(entry.spec);
-  return std::make_unique<io::Writer>(plan.dst / s.file, std::move(specs), s.metadata);
+  return std::make_unique<io::Writer>(plan.dst / s.file, s.layout);
 }
 
 } // namespace
@@ -97,11 +95,11 @@ void OutputFiles::copy_tensor(io::Writer& out, const io::Reader& source, const S
 void OutputFiles::finalize(size_t shard, std::span<const float> group_scalars) {
   const ShardPlan& plan_shard = plan_.shards[shard];
   io::Writer& out = writer(shard);
-  const io::Reader source(plan_.src / plan_shard.file);
+  const io::Reader& source = plan_.source_readers->get(plan_shard.file);
   size_t next_scalar = 0;
   for (size_t e = 0; e < plan_shard.entries.size(); ++e) {
     const ShardEntry& entry = plan_shard.entries[e];
-    const io::TensorInfo& to = plan_shard.layout[e];
+    const io::TensorInfo& to = plan_shard.layout.tensors[e];
     switch (entry.source) {
       case EntrySource::copy: copy_tensor(out, source, entry, to); break;
       case EntrySource::constant: out.write_bytes(to.begin, entry.bytes); break;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <set>
+#include <string_view>
+#include <unordered_set>
 
 #include "kernels/formats.h"
 #include "pipeline/io/config.h"
@@ -24,10 +26,10 @@ std::vector<std::string> shard_files(const nlohmann::ordered_json& index, const 
   if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
     throw PipelineError(fmt::format("{}: no weight_map object", index_path.string()));
   }
-  std::set<std::string> files;
+  std::set<std::string_view> files;
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (!file.is_string()) throw PipelineError(fmt::format("{}: weight_map['{}'] is not a file name", index_path.string(), name));
-    const std::string shard = file.get<std::string>();
+    const std::string& shard = file.get_ref<const std::string&>();
     io::check_shard_name(shard, index_path, name);
     files.insert(shard);
   }
@@ -90,9 +92,9 @@ void plan_shards(Plan& plan, int ranks) {
     shard.owner = next_owner++ % ranks;
     std::vector<io::TensorSpec> specs;
     for (const auto& entry : shard.entries) specs.push_back(entry.spec);
-    std::string header;
-    shard.layout = io::Writer::plan(specs, &shard.data_offset, &header, shard.metadata);
-    for (size_t i = 0; i < shard.layout.size(); ++i) shard.layout_index.emplace(shard.layout[i].name, i);
+    shard.layout = io::Writer::plan(specs, shard.metadata);
+    const auto& tensors = shard.layout.tensors;
+    for (size_t i = 0; i < tensors.size(); ++i) shard.layout_index.emplace(tensors[i].name, i);
   }
 }
 
@@ -132,7 +134,7 @@ uint64_t Plan::total_rows() const {
 }
 
 const io::TensorInfo& ShardPlan::planned(const std::string& name) const {
-  if (const auto it = layout_index.find(name); it != layout_index.end()) return layout[it->second];
+  if (const auto it = layout_index.find(name); it != layout_index.end()) return layout.tensors[it->second];
   throw PipelineError(fmt::format("{}: no planned tensor '{}'", file, name));
 }
 
@@ -147,7 +149,7 @@ CheckpointView read_checkpoint_view(io::ShardReaders& readers, nlohmann::ordered
   const auto index_path = dir / io::kIndexFileName;
   CheckpointView view;
   view.dir = dir;
-  const nlohmann::ordered_json index = io::read_json_object(index_path);
+  nlohmann::ordered_json index = io::read_json_object(index_path);
   view.config = io::read_config(dir / kConfigFile);
   if (std::filesystem::exists(dir / kHfQuantConfigFile)) view.hf_quant_config = io::read_json_object(dir / kHfQuantConfigFile);
   view.shard_files = shard_files(index, index_path);
@@ -158,7 +160,7 @@ CheckpointView read_checkpoint_view(io::ShardReaders& readers, nlohmann::ordered
     for (const auto& t : readers.get(view.shard_files[s]).tensors()) view.tensors.push_back({{t.name, t.dtype, t.shape}, s});
   }
   view.index();
-  if (index_out) *index_out = index;
+  if (index_out) *index_out = std::move(index);
   return view;
 }
 
@@ -191,6 +193,13 @@ Plan make_plan(const Job& job, int ranks) {
   plan_shards(plan, ranks);
   plan.group_tasks.resize(plan.recipe_plan.groups);
   for (size_t t = 0; t < plan.tasks().size(); ++t) plan.group_tasks.at(plan.tasks()[t].group).push_back(t);
+  for (const auto& task : plan.tasks()) {
+    auto& sources = plan.task_sources.emplace_back();
+    for (const auto& input : task.inputs) {
+      const io::Reader& reader = source_readers.get(plan.shards[plan.source.at(input).shard].file);
+      sources.push_back({&reader, &reader.tensor(input)});
+    }
+  }
   plan.other_files = unlisted_files(plan);
   plan.fingerprint = make_fingerprint(plan, source_readers);
   return plan;
@@ -270,25 +279,32 @@ OutputSlot task_output_slot(const Plan& plan, const Task& task, size_t output) {
 }
 
 nlohmann::ordered_json output_index(const Plan& plan) {
-  nlohmann::ordered_json index = plan.source_index;
+  nlohmann::ordered_json index = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : plan.source_index.items()) { // all but the (large) weight map
+    if (key != "weight_map") io::append_new_key(index, key, value);
+  }
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   uint64_t total = 0;
   // Source order of the index, each tensor of a changed shard replaced by what the plan
   // puts in its place: a copy stands where its source stood, output i of a task where the
-  // task's input i stood, scalars and constants after the entry before them.
-  std::set<std::string> mapped;
-  const auto add = [&](const std::string& name, const std::string& file) {
-    if (mapped.insert(name).second) io::append_new_key(weight_map, name, file);
+  // task's input i stood, scalars and constants after the entry before them. Names are
+  // views into the plan, which outlives this function.
+  std::unordered_set<std::string_view> mapped;
+  const auto add = [&](std::string_view name, const std::string& file) {
+    if (mapped.insert(name).second) io::append_new_key(weight_map, std::string(name), file);
   };
-  std::map<std::string, std::vector<std::string>> placed; // source tensor -> output tensors
+  std::unordered_map<std::string_view, std::vector<std::string_view>> placed; // source tensor -> output tensors
   for (const auto& shard : plan.shards) {
     if (!shard.changed) continue;
-    for (const auto& info : shard.layout) total += info.end - info.begin;
-    std::string last_source;
+    for (const auto& info : shard.layout.tensors) total += info.end - info.begin;
+    std::string_view last_source;
     for (const auto& entry : shard.entries) {
-      std::string from = entry.source == EntrySource::copy ? entry.from
-                       : entry.source == EntrySource::task_output ? plan.tasks()[entry.task].inputs[std::min(entry.output, plan.tasks()[entry.task].inputs.size() - 1)]
-                       : last_source;
+      std::string_view from = last_source;
+      if (entry.source == EntrySource::copy) from = entry.from;
+      if (entry.source == EntrySource::task_output) {
+        const auto& inputs = plan.tasks()[entry.task].inputs;
+        from = inputs[std::min(entry.output, inputs.size() - 1)];
+      }
       if (from.empty()) from = entry.spec.name;
       placed[from].push_back(entry.spec.name);
       last_source = from;
@@ -296,10 +312,11 @@ nlohmann::ordered_json output_index(const Plan& plan) {
   }
   for (const auto& entry : plan.source_index["weight_map"].items()) {
     const std::string& name = entry.key();
-    const std::string file = entry.value().get<std::string>();
+    const std::string& file = entry.value().get_ref<const std::string&>();
     const SourceTensor* tensor = plan.source.find(name);
     if (tensor && plan.shards[tensor->shard].changed) {
-      for (const auto& out : placed[name]) add(out, file);
+      if (const auto it = placed.find(name); it != placed.end())
+        for (std::string_view out : it->second) add(out, file);
     } else {
       add(name, file);
     }
@@ -312,7 +329,7 @@ nlohmann::ordered_json output_index(const Plan& plan) {
     for (const auto& entry : shard.entries) add(entry.spec.name, shard.file);
   }
   index["metadata"]["total_size"] = total;
-  index["weight_map"] = weight_map;
+  index["weight_map"] = std::move(weight_map);
   return index;
 }
 

@@ -30,14 +30,19 @@ struct ShardPlan {
   int owner = 0;                      // rank that writes it (write_mode owner)
   std::vector<ShardEntry> entries;    // output tensors in order, and where each comes from
   std::vector<size_t> tasks;          // tasks writing rows into it
-  std::vector<io::TensorInfo> layout; // planned offsets, parallel to entries
-  uint64_t data_offset = 0;
+  io::FileLayout layout;              // planned offsets (tensors parallel to entries) and header
   std::map<std::string, std::string> metadata; // the source shard's __metadata__
-  std::unordered_map<std::string, size_t> layout_index; // tensor name -> its place in layout
+  std::unordered_map<std::string, size_t> layout_index; // tensor name -> its place in layout.tensors
 
   // Throws PipelineError when the shard plans no such tensor. Every chunk written looks up
   // its outputs here: a search of the layout would cost O(tensors) each time.
   const io::TensorInfo& planned(const std::string& name) const;
+};
+
+// Where one task input is read: its shard's reader and its entry there (both the plan's).
+struct InputSource {
+  const io::Reader* reader = nullptr;
+  const io::TensorInfo* tensor = nullptr;
 };
 
 struct Plan {
@@ -56,6 +61,8 @@ struct Plan {
   // who reads them afterwards: the workers, the output index. Only looked up after
   // make_plan (every shard is in it), so shared by threads without a lock.
   std::shared_ptr<io::ShardReaders> source_readers;
+  // Per task, per input: looked up once here, not by name for every chunk read.
+  std::vector<std::vector<InputSource>> task_sources;
 
   const std::vector<Task>& tasks() const { return recipe_plan.tasks; }
   const std::vector<FactorSet>& factor_sets() const { return recipe_plan.factor_sets; }

@@ -16,6 +16,7 @@
 
 #include "pipeline/io/direct_writer.h"
 #include "pipeline/io/posix_file.h"
+#include "pipeline/io/simple_header.h"
 #include "pipeline/io/strict_json.h"
 
 namespace shardq::io {
@@ -64,6 +65,21 @@ const Json& required_field(const Json& entry, std::string_view field, const std:
   return *it;
 }
 
+// An entry's data_offsets against the bytes its dtype and shape need.
+void check_entry_size(const TensorInfo& info, const std::string& label) {
+  const auto context = [&] { return fmt::format("{}: tensor '{}'", label, info.name); };
+  if (info.end < info.begin) throw IoError(fmt::format("{}: data_offsets [{}, {}) end before they begin", context(), info.begin, info.end));
+  const auto numel = checked_product(info.shape);
+  const auto bytes = numel ? checked_bytes(*numel, dtype_bits(info.dtype)) : std::nullopt;
+  const auto described = [&] { return fmt::format("{} {}", dtype_name(info.dtype), shape_text(info.shape)); };
+  if (!numel) throw IoError(fmt::format("{}: shape {} overflows 64 bits", context(), described()));
+  if (!bytes) throw IoError(fmt::format("{}: {} is not a whole number of bytes (or overflows)", context(), described()));
+  if (*bytes != info.end - info.begin) {
+    throw IoError(fmt::format("{}: data_offsets [{}, {}) hold {} bytes but {} needs {}", context(), info.begin, info.end,
+                              info.end - info.begin, described(), *bytes));
+  }
+}
+
 TensorInfo parse_entry(const std::string& name, const Json& entry, const std::string& label) {
   const std::string context = fmt::format("{}: tensor '{}'", label, name);
   if (name.empty()) throw IoError(fmt::format("{}: a tensor has an empty name", label));
@@ -81,16 +97,7 @@ TensorInfo parse_entry(const std::string& name, const Json& entry, const std::st
   if (!offsets.is_array() || offsets.size() != 2) throw IoError(fmt::format("{}: data_offsets is {}, not [begin, end]", context, offsets.dump()));
   info.begin = json_u64(offsets[0], context, "data_offsets");
   info.end = json_u64(offsets[1], context, "data_offsets");
-  if (info.end < info.begin) throw IoError(fmt::format("{}: data_offsets [{}, {}) end before they begin", context, info.begin, info.end));
-  const auto numel = checked_product(info.shape);
-  const auto bytes = numel ? checked_bytes(*numel, dtype_bits(info.dtype)) : std::nullopt;
-  const std::string described = fmt::format("{} {}", dtype_name(info.dtype), shape_text(info.shape));
-  if (!numel) throw IoError(fmt::format("{}: shape {} overflows 64 bits", context, described));
-  if (!bytes) throw IoError(fmt::format("{}: {} is not a whole number of bytes (or overflows)", context, described));
-  if (*bytes != info.end - info.begin) {
-    throw IoError(fmt::format("{}: data_offsets [{}, {}) hold {} bytes but {} needs {}", context, info.begin, info.end,
-                              info.end - info.begin, described, *bytes));
-  }
+  check_entry_size(info, label);
   return info;
 }
 
@@ -129,6 +136,23 @@ void check_layout(std::vector<TensorInfo>& tensors, uint64_t buffer_size, const 
     throw IoError(fmt::format("{}: tensors end at buffer offset {} but the file holds {} bytes of data: {} trailing bytes", label,
                               expected, buffer_size, buffer_size - expected));
   }
+}
+
+// Any header the simple parse declines: a strict DOM, then each entry checked in order
+// (the first problem found is the one reported).
+std::vector<TensorInfo> parse_header_dom(std::string_view header_json, const std::string& file_label,
+                                         std::map<std::string, std::string>* metadata) {
+  const Json header = parse_json_strict(header_json, file_label, "header");
+  if (!header.is_object()) throw IoError(fmt::format("{}: header is {}, not a JSON object", file_label, header.type_name()));
+  std::vector<TensorInfo> tensors;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      parse_metadata(entry, file_label, metadata);
+    } else {
+      tensors.push_back(parse_entry(name, entry, file_label));
+    }
+  }
+  return tensors;
 }
 
 // The header's JSON, byte for byte what ordered_json's dump() gives for
@@ -187,15 +211,14 @@ std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t head
     throw IoError(fmt::format("{}: header holds {} bytes but its length field says {}", file_label, header_json.size(), header_length));
   }
   if (header_json.empty() || header_json.front() != '{') throw IoError(fmt::format("{}: header does not start with '{{'", file_label));
-  const Json header = parse_json_strict(header_json, file_label, "header");
-  if (!header.is_object()) throw IoError(fmt::format("{}: header is {}, not a JSON object", file_label, header.type_name()));
   std::vector<TensorInfo> tensors;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      parse_metadata(entry, file_label, metadata);
-    } else {
-      tensors.push_back(parse_entry(name, entry, file_label));
-    }
+  if (auto simple = parse_simple_header(header_json)) {
+    for (const auto& tensor : simple->tensors) check_entry_size(tensor, file_label);
+    tensors = std::move(simple->tensors);
+    if (metadata)
+      for (auto& [key, value] : simple->metadata) metadata->insert_or_assign(key, std::move(value));
+  } else {
+    tensors = parse_header_dom(header_json, file_label, metadata);
   }
   check_layout(tensors, file_size - 8 - header_length, file_label);
   return tensors;
@@ -275,8 +298,7 @@ void Reader::read_bytes(uint64_t buffer_offset, std::span<uint8_t> out) const {
 
 // ------------------------------------------------------------------------- Writer
 
-std::vector<TensorInfo> Writer::plan(const std::vector<TensorSpec>& specs, uint64_t* data_offset, std::string* header,
-                                     const std::map<std::string, std::string>& metadata) {
+FileLayout Writer::plan(const std::vector<TensorSpec>& specs, const std::map<std::string, std::string>& metadata) {
   std::vector<TensorInfo> tensors;
   std::unordered_set<std::string_view> names;
   uint64_t offset = 0;
@@ -299,16 +321,15 @@ std::vector<TensorInfo> Writer::plan(const std::vector<TensorSpec>& specs, uint6
   const uint64_t padded = (unpadded + kAlignment - 1) / kAlignment * kAlignment;
   text.append(padded - unpadded, ' ');
   if (offset > uint64_t(INT64_MAX) - padded) throw IoError(fmt::format("cannot plan {} bytes of tensors: the file size overflows off_t", offset));
-  if (data_offset) *data_offset = padded;
-  if (header) *header = std::move(text);
-  return tensors;
+  return {std::move(tensors), padded, std::move(text)};
 }
 
 Writer::Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> specs, std::map<std::string, std::string> metadata)
-    : final_path_(final_path), partial_path_(final_path.string() + ".partial") {
-  tensors_ = plan(specs, &data_offset_, &header_, metadata);
-  for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
-}
+    : Writer(final_path, plan(specs, metadata)) {}
+
+Writer::Writer(const std::filesystem::path& final_path, FileLayout layout)
+    : final_path_(final_path), partial_path_(final_path.string() + ".partial"), tensors_(std::move(layout.tensors)),
+      header_(std::move(layout.header)), data_offset_(layout.data_offset) {}
 
 Writer::Writer(Writer&& other) noexcept
     : final_path_(std::move(other.final_path_)), partial_path_(std::move(other.partial_path_)),
@@ -320,6 +341,9 @@ Writer::~Writer() {
 }
 
 const TensorInfo& Writer::tensor(std::string_view name) const {
+  if (by_name_.empty()) {
+    for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
+  }
   const auto it = by_name_.find(name);
   if (it == by_name_.end()) throw IoError(fmt::format("{}: no tensor '{}' planned", final_path_.string(), name));
   return tensors_[it->second];

@@ -75,6 +75,14 @@ std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t head
 
 class DirectWriter;
 
+// A shard's planned layout: the tensors at their offsets, where the data buffer starts,
+// and the header bytes (padded) that say so.
+struct FileLayout {
+  std::vector<TensorInfo> tensors;
+  uint64_t data_offset = 0;
+  std::string header;
+};
+
 // The whole layout is planned up front from (name, dtype, shape) in order; the header is
 // padded with spaces so the data buffer starts at a 4096-aligned offset. Bytes go in by
 // pwrite at planned offsets (any order, any thread); finish() fsyncs and renames
@@ -86,14 +94,15 @@ class Writer {
 
   Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> specs,
          std::map<std::string, std::string> metadata = {});
+  // A layout planned earlier (by plan()): a job plans every shard up front and keeps it.
+  Writer(const std::filesystem::path& final_path, FileLayout layout);
   ~Writer(); // closes; an unfinished .partial stays for resume, never renamed
   Writer(Writer&& other) noexcept;
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
   // Plans the layout without touching the disk (sizes, offsets, header bytes).
-  static std::vector<TensorInfo> plan(const std::vector<TensorSpec>& specs, uint64_t* data_offset,
-                                      std::string* header, const std::map<std::string, std::string>& metadata);
+  static FileLayout plan(const std::vector<TensorSpec>& specs, const std::map<std::string, std::string>& metadata);
 
   const std::filesystem::path& partial_path() const { return partial_path_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
@@ -117,7 +126,9 @@ class Writer {
   std::filesystem::path final_path_;
   std::filesystem::path partial_path_;
   std::vector<TensorInfo> tensors_;
-  std::map<std::string, size_t, std::less<>> by_name_; // index into tensors_
+  // Built by the first tensor() call (the engine writes by planned offsets and never
+  // asks): not for concurrent use.
+  mutable std::map<std::string, size_t, std::less<>> by_name_; // index into tensors_
   std::string header_;
   uint64_t data_offset_ = 0;
   int fd_ = -1;

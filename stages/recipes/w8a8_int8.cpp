@@ -6,6 +6,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "stages/recipes/engram_tables.h"
 #include "stages/stage_error.h"
@@ -35,14 +37,14 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
   linear.scale = source.find(linear.module + ".scale");
   if (!linear.scale || linear.scale->spec.dtype != Dtype::F8_E8M0) return std::nullopt;
   linear.weight = &tensor;
-  const std::string file = (source.dir / source.shard_files[tensor.shard]).string();
+  const auto file = [&] { return (source.dir / source.shard_files[tensor.shard]).string(); }; // for messages only
   if (linear.scale->shard != tensor.shard) {
-    throw StageError(fmt::format("{}: linear '{}' has its scale '{}' in another shard", file, name, linear.scale->spec.name));
+    throw StageError(fmt::format("{}: linear '{}' has its scale '{}' in another shard", file(), name, linear.scale->spec.name));
   }
   const auto& shape = tensor.spec.shape;
   if (shape.size() != 2 || (tensor.spec.dtype != Dtype::F8_E4M3 && tensor.spec.dtype != Dtype::I8)) {
     throw StageError(fmt::format("{}: linear '{}' is {} {}; F8_E4M3 [out, in] or I8 [out, in/2] (FP4) was expected",
-                                 file, name, dtype_name(tensor.spec.dtype), shape_text(shape)));
+                                 file(), name, dtype_name(tensor.spec.dtype), shape_text(shape)));
   }
   linear.fp4 = tensor.spec.dtype == Dtype::I8;
   linear.out = shape[0];
@@ -51,7 +53,7 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
       linear.fp4 ? std::vector<uint64_t>{linear.out, linear.in / 32}
                  : std::vector<uint64_t>{(linear.out + kFp8Block - 1) / kFp8Block, (linear.in + kFp8Block - 1) / kFp8Block};
   if (linear.fp4 && linear.in % 32 != 0) {
-    throw StageError(fmt::format("{}: FP4 linear '{}' has {} values per row, not a multiple of 32", file, name, linear.in));
+    throw StageError(fmt::format("{}: FP4 linear '{}' has {} values per row, not a multiple of 32", file(), name, linear.in));
   }
   expect_tensor(source, *linear.scale, Dtype::F8_E8M0, scale_shape);
   return linear;
@@ -117,13 +119,13 @@ std::string module_kind(const std::string& module) {
 RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   const CheckpointView& source = inputs.source;
   RecipePlan plan;
-  std::map<std::string, size_t> task_of_input; // source tensor -> task
+  std::unordered_map<std::string_view, size_t> task_of_input; // source tensor (the view's) -> task
   std::set<size_t> shards;
   for (const SourceTensor& tensor : source.tensors) {
     const auto linear = find_linear(source, tensor);
     if (!linear) continue;
     const bool ignored = ignore_matches(linear->module, inputs.params.ignore);
-    for (const auto& input : {linear->weight->spec.name, linear->scale->spec.name}) task_of_input[input] = plan.tasks.size();
+    for (const SourceTensor* input : {linear->weight, linear->scale}) task_of_input[input->spec.name] = plan.tasks.size();
     plan.tasks.push_back(linear_task(*linear, ignored, inputs.params, plan.tasks.size()));
     shards.insert(tensor.shard);
   }

@@ -4,6 +4,8 @@
 //    then re-planned by the Writer and must parse back to the same tensors (round trip).
 // 2. The same bytes also drive a structured round trip: a random spec list is planned,
 //    and its header must parse back to exactly the planned layout.
+// 3. Whatever header the simple (DOM-free) parse accepts, the strict DOM parse must accept
+//    too and read as the same tensors and metadata: the simple parse may only decline.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
@@ -14,6 +16,8 @@
 #include <vector>
 
 #include "pipeline/io/safetensors.h"
+#include "pipeline/io/simple_header.h"
+#include "pipeline/io/strict_json.h"
 
 namespace {
 
@@ -32,14 +36,13 @@ bool same_layout(const std::vector<TensorInfo>& a, const std::vector<TensorInfo>
 
 // Plans specs, parses the planned header back and traps unless the layout survives.
 void check_round_trip(const std::vector<TensorSpec>& specs, const std::map<std::string, std::string>& metadata) {
-  uint64_t data_offset = 0;
-  std::string header;
-  std::vector<TensorInfo> planned;
+  FileLayout layout;
   try {
-    planned = Writer::plan(specs, &data_offset, &header, metadata);
+    layout = Writer::plan(specs, metadata);
   } catch (const IoError&) {
     return; // overflowing or duplicate specs are refused, which is fine
   }
+  const auto& [planned, data_offset, header] = layout;
   const uint64_t buffer = planned.empty() ? 0 : planned.back().end;
   if (data_offset % Writer::kAlignment != 0 || data_offset != 8 + header.size()) std::abort();
   std::map<std::string, std::string> parsed_metadata;
@@ -70,6 +73,52 @@ void fuzz_raw_file(const uint8_t* data, size_t size) {
   check_round_trip(specs, metadata);
 }
 
+// The simple parse's reading of one root member, checked against the DOM's.
+bool same_entry(const TensorInfo& tensor, const nlohmann::ordered_json& entry) {
+  if (!entry.is_object() || entry.size() != 3 || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) return false;
+  const auto& dtype = entry["dtype"];
+  const auto& offsets = entry["data_offsets"];
+  if (!dtype.is_string() || dtype.get<std::string>() != dtype_name(tensor.dtype)) return false;
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) return false;
+  if (offsets[0].get<uint64_t>() != tensor.begin || offsets[1].get<uint64_t>() != tensor.end) return false;
+  if (!entry["shape"].is_array() || entry["shape"].size() != tensor.shape.size()) return false;
+  for (size_t d = 0; d < tensor.shape.size(); ++d) {
+    const auto& dim = entry["shape"][d];
+    if (!dim.is_number_unsigned() || dim.get<uint64_t>() != tensor.shape[d]) return false;
+  }
+  return true;
+}
+
+// header: the input after its 8-byte length, as fuzz_raw_file reads it.
+void fuzz_simple_agrees(const uint8_t* data, size_t size) {
+  if (size < 8) return;
+  const std::string_view header(reinterpret_cast<const char*>(data + 8), size - 8);
+  const auto simple = parse_simple_header(header);
+  if (!simple) return;
+  nlohmann::ordered_json dom;
+  try {
+    dom = parse_json_strict(header, "fuzz", "header");
+  } catch (const IoError&) {
+    std::abort(); // the simple parse accepted what is not strict JSON
+  }
+  if (!dom.is_object()) std::abort();
+  size_t next_tensor = 0;
+  for (const auto& [key, value] : dom.items()) {
+    if (key == "__metadata__") {
+      if (!value.is_object() || value.size() != simple->metadata.size()) std::abort();
+      for (const auto& [name, text] : value.items()) {
+        const auto it = simple->metadata.find(name);
+        if (!text.is_string() || it == simple->metadata.end() || it->second != text.get<std::string>()) std::abort();
+      }
+      continue;
+    }
+    if (next_tensor >= simple->tensors.size()) std::abort();
+    const TensorInfo& tensor = simple->tensors[next_tensor++];
+    if (tensor.name != key || !same_entry(tensor, value)) std::abort();
+  }
+  if (next_tensor != simple->tensors.size()) std::abort();
+}
+
 void fuzz_planned_specs(const uint8_t* data, size_t size) {
   FuzzedDataProvider input(data, size);
   std::vector<TensorSpec> specs;
@@ -93,5 +142,6 @@ void fuzz_planned_specs(const uint8_t* data, size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz_raw_file(data, size);
   fuzz_planned_specs(data, size);
+  fuzz_simple_agrees(data, size);
   return 0;
 }

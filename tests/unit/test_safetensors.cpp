@@ -28,9 +28,7 @@ std::vector<TensorSpec> sample_specs() {
 }
 
 TEST(SafetensorsWriter, PlansOffsetsInOrderAndAlignsTheBuffer) {
-  uint64_t data_offset = 0;
-  std::string header;
-  const auto tensors = Writer::plan(sample_specs(), &data_offset, &header, {});
+  const auto [tensors, data_offset, header] = Writer::plan(sample_specs(), {});
   ASSERT_EQ(tensors.size(), 4u);
   const std::vector<std::pair<uint64_t, uint64_t>> expected = {{0, 48}, {48, 53}, {53, 55}, {55, 61}};
   for (size_t i = 0; i < 4; ++i) {
@@ -105,9 +103,7 @@ TEST(SafetensorsWriter, RoundTripsThroughTheReader) {
 }
 
 TEST(SafetensorsWriter, WithoutMetadataWritesNoMetadataKey) {
-  uint64_t data_offset = 0;
-  std::string header;
-  Writer::plan({{"x", Dtype::U8, {1}}}, &data_offset, &header, {});
+  const std::string header = Writer::plan({{"x", Dtype::U8, {1}}}, {}).header;
   EXPECT_EQ(header.find("__metadata__"), std::string::npos);
 }
 
@@ -188,9 +184,9 @@ TEST(SafetensorsWriter, RefusesWritesOutsideTheTensor) {
 }
 
 TEST(SafetensorsWriter, RefusesDuplicateAndOverflowingSpecs) {
-  EXPECT_THROW(Writer::plan({{"x", Dtype::U8, {1}}, {"x", Dtype::U8, {1}}}, nullptr, nullptr, {}), IoError);
-  EXPECT_THROW(Writer::plan({{"x", Dtype::F32, {1ull << 62}}}, nullptr, nullptr, {}), IoError);
-  EXPECT_THROW(Writer::plan({{"x", Dtype::F4, {3}}}, nullptr, nullptr, {}), IoError);
+  EXPECT_THROW(Writer::plan({{"x", Dtype::U8, {1}}, {"x", Dtype::U8, {1}}}, {}), IoError);
+  EXPECT_THROW(Writer::plan({{"x", Dtype::F32, {1ull << 62}}}, {}), IoError);
+  EXPECT_THROW(Writer::plan({{"x", Dtype::F4, {3}}}, {}), IoError);
 }
 
 TEST(SafetensorsReader, RefusesRowsOutsideTheTensorAndWrongBufferSizes) {

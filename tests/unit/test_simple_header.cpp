@@ -1,0 +1,89 @@
+// The DOM-free header parse: what it accepts it reads exactly, and every other shape it
+// declines (nullopt) so that parse_header's strict path decides.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "pipeline/io/safetensors.h"
+#include "pipeline/io/simple_header.h"
+
+namespace {
+
+using shardq::Dtype;
+using shardq::io::parse_simple_header;
+
+TEST(SimpleHeader, ReadsTensorsAndMetadataInHeaderOrder) {
+  const auto header = parse_simple_header(
+      R"({"b":{"shape":[2,3],"dtype":"BF16","data_offsets":[12,24]},"__metadata__":{"format":"pt","k":"v"},)"
+      R"("a":{"data_offsets":[0,12],"dtype":"F32","shape":[3]},"s":{"dtype":"U8","shape":[],"data_offsets":[24,25]}}   )");
+  ASSERT_TRUE(header.has_value());
+  ASSERT_EQ(header->tensors.size(), 3u);
+  EXPECT_EQ(header->tensors[0].name, "b");
+  EXPECT_EQ(header->tensors[0].dtype, Dtype::BF16);
+  EXPECT_EQ(header->tensors[0].shape, (std::vector<uint64_t>{2, 3}));
+  EXPECT_EQ(header->tensors[0].begin, 12u);
+  EXPECT_EQ(header->tensors[0].end, 24u);
+  EXPECT_EQ(header->tensors[1].name, "a");
+  EXPECT_EQ(header->tensors[1].dtype, Dtype::F32);
+  EXPECT_EQ(header->tensors[1].shape, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(header->tensors[2].name, "s");
+  EXPECT_TRUE(header->tensors[2].shape.empty());
+  EXPECT_EQ(header->metadata.at("format"), "pt");
+  EXPECT_EQ(header->metadata.at("k"), "v");
+}
+
+TEST(SimpleHeader, AcceptsAnEmptyHeaderAndEscapedNames) {
+  const auto empty = parse_simple_header("{}");
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_TRUE(empty->tensors.empty());
+  const auto escaped = parse_simple_header(R"({"a\"b\u00e9":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})");
+  ASSERT_TRUE(escaped.has_value());
+  EXPECT_EQ(escaped->tensors.at(0).name, "a\"b\xc3\xa9");
+}
+
+// Each of these is either refused by the strict path or needs its judgement.
+TEST(SimpleHeader, DeclinesEveryOtherShape) {
+  const char* entry = R"("dtype":"U8","shape":[1],"data_offsets":[0,1])";
+  const std::vector<std::string> declined = {
+      "",                                                                         // empty
+      "[]",                                                                       // not an object
+      "{\"a\":{" + std::string(entry) + "}",                                      // unclosed
+      "{\"a\":{" + std::string(entry) + "}} x",                                   // trailing bytes
+      "{\"a\":{" + std::string(entry) + "},\"a\":{" + std::string(entry) + "}}",  // name twice
+      "{\"\":{" + std::string(entry) + "}}",                                      // empty name
+      "{\"a\":{" + std::string(entry) + ",\"extra\":1}}",                         // another field
+      R"({"a":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}})",    // field twice
+      R"({"a":{"dtype":"U8","data_offsets":[0,1]}})",                             // field missing
+      R"({"a":{"dtype":"Q9","shape":[1],"data_offsets":[0,1]}})",                 // unknown dtype
+      R"({"a":{"dtype":7,"shape":[1],"data_offsets":[0,1]}})",                    // dtype not a string
+      R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}})",                // negative
+      R"({"a":{"dtype":"U8","shape":[1.0],"data_offsets":[0,1]}})",               // float
+      R"({"a":{"dtype":"U8","shape":[[1]],"data_offsets":[0,1]}})",               // nested array
+      R"({"a":{"dtype":"U8","shape":1,"data_offsets":[0,1]}})",                   // not an array
+      R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}})",               // three offsets
+      R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,99999999999999999999]}})", // past 64 bits
+      R"({"a":null})",                                                            // entry not an object
+      R"({"__metadata__":{"k":1}})",                                              // metadata value not a string
+      R"({"__metadata__":{"k":"v","k":"w"}})",                                    // metadata key twice
+      R"({"__metadata__":{},"__metadata__":{}})",                                 // metadata twice
+      R"({"__metadata__":"pt"})",                                                 // metadata not an object
+      "{\"a\xff\":{" + std::string(entry) + "}}",                                 // not UTF-8
+  };
+  for (const auto& text : declined) EXPECT_FALSE(parse_simple_header(text).has_value()) << text;
+}
+
+// parse_header gives the same answer whichever path reads a header: the strict path's
+// messages for sizes still come out of simple headers.
+TEST(SimpleHeader, ParseHeaderChecksSizesOfSimpleHeaders) {
+  const std::string header = R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,10]}})";
+  ASSERT_TRUE(parse_simple_header(header).has_value());
+  try {
+    shardq::io::parse_header(header, header.size(), 8 + header.size() + 10, "f", nullptr);
+    FAIL() << "accepted";
+  } catch (const shardq::io::IoError& e) {
+    EXPECT_EQ(std::string(e.what()), "f: tensor 'x': data_offsets [0, 10) hold 10 bytes but F32 [3] needs 12");
+  }
+}
+
+} // namespace
