@@ -7,7 +7,8 @@ namespace {
 
 // Bytes of chunks waiting to be written: enough to keep the disk busy while the next ones
 // are computed (a couple of big chunks, thousands of small ones), few enough that memory
-// stays bounded by chunk buffers.
+// stays bounded by chunk buffers. The writer takes the whole queue at once, so up to
+// twice this is held: the queue and the chunks being written.
 constexpr uint64_t kMaxQueuedBytes = 64ull << 20;
 // An fsync at least this often (bytes written since the last), even while chunks keep
 // coming: a stop or a crash loses at most this much finished work.
@@ -15,8 +16,9 @@ constexpr uint64_t kSyncBytes = 256ull << 20;
 // Written chunks wait at most this long for their fsync. The checkpoint records durable
 // chunks at most every 0.5 s, so syncing more often would only multiply fsyncs.
 constexpr auto kSyncDelay = std::chrono::milliseconds(200);
-// Chunk buffers kept for reuse; a batch of thousands of small chunks need not stay allocated.
-constexpr size_t kFreeBuffers = 8;
+// Bytes of chunk buffers kept for reuse: a few big chunks, or a compute batch of small
+// ones (fresh buffers cost page faults and zero-filling).
+constexpr uint64_t kFreeBytes = 16ull << 20;
 
 } // namespace
 
@@ -40,12 +42,14 @@ void ChunkWriter::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void ChunkWriter::push(const ChunkResult& result, ChunkBytes bytes) {
+void ChunkWriter::push(std::vector<ChunkOut> chunks) {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return queued_bytes_ < kMaxQueuedBytes || failure_ || stopping_; });
   if (failure_) std::rethrow_exception(failure_);
-  queued_bytes_ += bytes.size();
-  queue_.push_back({result, std::move(bytes)});
+  for (auto& chunk : chunks) {
+    queued_bytes_ += chunk.bytes.size();
+    queue_.push_back(std::move(chunk));
+  }
   changed_.notify_all();
 }
 
@@ -54,6 +58,7 @@ ChunkBytes ChunkWriter::recycled() {
   if (free_.empty()) return {};
   ChunkBytes bytes = std::move(free_.back());
   free_.pop_back();
+  free_bytes_ -= bytes.size();
   return bytes;
 }
 
@@ -69,7 +74,7 @@ void ChunkWriter::run() {
   std::chrono::steady_clock::time_point sync_due; // when the oldest unsynced chunk must be synced
   try {
     for (;;) {
-      Pending next;
+      std::vector<ChunkOut> taken;
       {
         std::unique_lock lock(mutex_);
         const auto ready = [&] { return stopping_ || !queue_.empty(); };
@@ -83,25 +88,26 @@ void ChunkWriter::run() {
           if (stopping) return;
           continue;
         }
-        next = std::move(queue_.front());
-        queue_.pop_front();
-        queued_bytes_ -= next.bytes.size();
+        taken.swap(queue_);
+        queued_bytes_ = 0;
         changed_.notify_all();
       }
-      const Task& task = plan_.tasks()[size_t(next.result.task)];
-      const uint64_t chunk = uint64_t(next.result.chunk);
-      outputs_.write_chunk_bytes(task, task.chunk_first_row(chunk), task.chunk_rows(chunk), next.bytes.buffers);
-      if (unsynced.empty()) sync_due = std::chrono::steady_clock::now() + kSyncDelay;
-      unsynced_bytes += next.bytes.size();
-      unsynced_shards.insert(task.shard);
-      unsynced.push_back(next.result);
-      // The bytes are in the file once written: their buffers go back to the workers now,
-      // not at the sync (fresh buffers would cost page faults and zero-filling).
-      recycle(std::move(next.bytes));
-      // A slow disk gets fewer, larger syncs; a fast one still no more than one per delay.
-      if (unsynced_bytes >= kSyncBytes || std::chrono::steady_clock::now() >= sync_due) {
-        make_durable(unsynced, unsynced_shards);
-        unsynced_bytes = 0;
+      for (auto& next : taken) {
+        const Task& task = plan_.tasks()[size_t(next.result.task)];
+        const uint64_t chunk = uint64_t(next.result.chunk);
+        outputs_.write_chunk_bytes(task, task.chunk_first_row(chunk), task.chunk_rows(chunk), next.bytes.buffers);
+        if (unsynced.empty()) sync_due = std::chrono::steady_clock::now() + kSyncDelay;
+        unsynced_bytes += next.bytes.size();
+        unsynced_shards.insert(task.shard);
+        unsynced.push_back(next.result);
+        // The bytes are in the file once written: their buffers go back to the workers now,
+        // not at the sync (fresh buffers would cost page faults and zero-filling).
+        recycle(std::move(next.bytes));
+        // A slow disk gets fewer, larger syncs; a fast one still no more than one per delay.
+        if (unsynced_bytes >= kSyncBytes || std::chrono::steady_clock::now() >= sync_due) {
+          make_durable(unsynced, unsynced_shards);
+          unsynced_bytes = 0;
+        }
       }
     }
   } catch (...) {
@@ -113,13 +119,15 @@ void ChunkWriter::run() {
 
 void ChunkWriter::recycle(ChunkBytes bytes) {
   std::lock_guard lock(mutex_);
-  if (free_.size() < kFreeBuffers) free_.push_back(std::move(bytes));
+  if (free_bytes_ + bytes.size() > kFreeBytes) return;
+  free_bytes_ += bytes.size();
+  free_.push_back(std::move(bytes));
 }
 
 void ChunkWriter::make_durable(std::vector<ChunkResult>& unsynced, std::set<size_t>& unsynced_shards) {
   outputs_.sync(unsynced_shards);
   unsynced_shards.clear();
-  for (const auto& result : unsynced) on_durable_(result);
+  if (!unsynced.empty()) on_durable_(unsynced);
   unsynced.clear();
 }
 

@@ -9,7 +9,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -28,29 +27,32 @@ struct ChunkBytes {
   uint64_t size() const;
 };
 
+// A chunk to write: what rank 0 records, and its bytes.
+struct ChunkOut {
+  ChunkResult result;
+  ChunkBytes bytes;
+};
+
 class ChunkWriter {
  public:
-  using OnDurable = std::function<void(const ChunkResult&)>;
+  // The chunks one round of fsyncs made durable, in the order they were written.
+  using OnDurable = std::function<void(const std::vector<ChunkResult>&)>;
 
   ChunkWriter(const Plan& plan, OutputFiles& outputs, OnDurable on_durable);
   ~ChunkWriter();
 
-  // Queues a chunk for writing; waits while the queue holds kMaxQueuedBytes already
-  // (back-pressure on big chunks; small ones never wait on an fsync in progress, since
-  // rank 0's main loop queues the chunks other ranks send it).
-  void push(const ChunkResult& result, ChunkBytes bytes);
+  // Queues chunks for writing (a compute thread's batch at once); waits while the queue
+  // holds kMaxQueuedBytes already (back-pressure on big chunks; small ones never wait on an
+  // fsync in progress, since rank 0's main loop queues the chunks other ranks send it).
+  void push(std::vector<ChunkOut> chunks);
   // Buffers of an already written chunk, to fill again (empty ones when none is free).
   ChunkBytes recycled();
   void rethrow_if_failed();
   void stop(); // writes and syncs what is queued, then ends the thread
 
  private:
-  struct Pending {
-    ChunkResult result;
-    ChunkBytes bytes;
-  };
   void run();
-  // Keeps a written chunk's buffers for the workers (up to kFreeBuffers of them).
+  // Keeps a written chunk's buffers for the workers (up to kFreeBytes of them).
   void recycle(ChunkBytes bytes);
   // fsyncs the shards written since the last sync, then reports their chunks.
   void make_durable(std::vector<ChunkResult>& unsynced, std::set<size_t>& unsynced_shards);
@@ -60,9 +62,10 @@ class ChunkWriter {
   OnDurable on_durable_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<Pending> queue_;
+  std::vector<ChunkOut> queue_;
   uint64_t queued_bytes_ = 0;
   std::vector<ChunkBytes> free_;
+  uint64_t free_bytes_ = 0;
   bool stopping_ = false;
   std::exception_ptr failure_;
   std::thread thread_;

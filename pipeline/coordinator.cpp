@@ -93,6 +93,11 @@ Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& output
     factor_done_.emplace_back(size_t(set.items), stored ? 1 : 0);
     for (int item = 0; item < set.items && !stored; ++item) factor_queue_.emplace_back(s, item);
   }
+  shard_finished_.assign(plan_.shards.size(), 0);
+  for (size_t s = 0; s < plan_.shards.size(); ++s) {
+    shard_finished_[s] = is_finished("shard:" + plan_.shards[s].file);
+    if (plan_.shards[s].changed && !shard_finished_[s]) ++shards_unfinished_;
+  }
   progress_.set_done(skipped);
   blobs_digest_ = blobs_digest(state_.blobs);
   for (size_t t = 0; t < tasks.size(); ++t) enqueue_if_ready(t);
@@ -130,9 +135,16 @@ bool Coordinator::is_finished(const std::string& step) const {
   return std::find(state_.finished.begin(), state_.finished.end(), step) != state_.finished.end();
 }
 
-void Coordinator::mark_finished(const std::string& step) {
+void Coordinator::mark_finished(const std::string& step, bool forced) {
   state_.finished.push_back(step);
-  save(true);
+  dirty_ = true;
+  if (forced) save(true);
+}
+
+void Coordinator::mark_shard_finished(size_t shard, bool forced) {
+  shard_finished_[shard] = 1;
+  --shards_unfinished_;
+  mark_finished("shard:" + plan_.shards[shard].file, forced);
 }
 
 WorkItem Coordinator::next_item(int rank) {
@@ -186,7 +198,7 @@ void Coordinator::on_request(const WorkRequest& request) {
     spdlog::debug("assign {} task {} index {} -> rank {}", int(item.kind), item.task, item.index, request.rank);
   }
   in_flight_ += int(items.size());
-  link_.send(request.rank, Tag::assign, encode_items(items));
+  link_.send(request.rank, Tag::assign, encode_array(items));
 }
 
 void Coordinator::on_reduce(const ReduceResult& result) {
@@ -260,7 +272,9 @@ void Coordinator::on_dropped(const std::vector<WorkItem>& items) {
 
 void Coordinator::on_finalized(int shard) {
   finalizing_.erase(size_t(shard));
-  mark_finished("shard:" + plan_.shards[size_t(shard)].file);
+  // Saved with the next save: a renamed shard the checkpoint does not record is found
+  // under its final name on resume (finalize_ready_shards) and recorded then.
+  mark_shard_finished(size_t(shard), false);
 }
 
 void Coordinator::on_interrupt() {
@@ -274,15 +288,17 @@ void Coordinator::on_interrupt() {
 // checked for NaN codes as they are encoded, so a bad row late in the last task must
 // still leave no file under its final name.
 void Coordinator::finalize_ready_shards() {
-  if (chunks_pending_ > 0) return;
+  if (chunks_pending_ > 0 || shards_unfinished_ == finalizing_.size()) return;
+  bool saved = false;
   for (size_t s = 0; s < plan_.shards.size(); ++s) {
     const ShardPlan& shard = plan_.shards[s];
-    if (!shard.changed || finalizing_.count(s) || is_finished("shard:" + shard.file)) continue;
+    if (!shard.changed || finalizing_.count(s) || shard_finished_[s]) continue;
     if (std::filesystem::exists(plan_.dst / shard.file)) { // renamed just before a crash
-      mark_finished("shard:" + shard.file);
+      mark_shard_finished(s, true);
       continue;
     }
-    save(true); // every chunk of the shard is recorded before the rename
+    if (!saved) save(true); // every chunk is recorded before the first rename
+    saved = true;
     std::vector<float> scalars;
     for (const auto& entry : shard.entries) {
       if (entry.source != EntrySource::group_scalar) continue;
@@ -382,10 +398,7 @@ void Coordinator::tick() {
   save(false);
   progress_.maybe_print(groups_pending_ == 0 ? "encode" : "reduce");
   finalize_ready_shards();
-  const bool all_shards = std::all_of(plan_.shards.begin(), plan_.shards.end(), [&](const ShardPlan& s) {
-    return !s.changed || is_finished("shard:" + s.file);
-  });
-  if (all_shards && in_flight_ == 0) finish_run();
+  if (shards_unfinished_ == 0 && in_flight_ == 0) finish_run();
 }
 
 } // namespace shardq

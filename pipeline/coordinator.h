@@ -58,7 +58,9 @@ class Coordinator {
   void save(bool force);
   void write_rank_figures(bool force);
   bool is_finished(const std::string& step) const;
-  void mark_finished(const std::string& step);
+  // Records a finished step; forced: saved now (otherwise with the next save).
+  void mark_finished(const std::string& step, bool forced = true);
+  void mark_shard_finished(size_t shard, bool forced);
 
   const Plan& plan_;
   Link& link_;
@@ -80,6 +82,8 @@ class Coordinator {
   std::vector<std::vector<uint8_t>> factor_done_;
   std::set<std::pair<int, int>> factors_sent_; // (rank, set)
   std::set<size_t> finalizing_;
+  std::vector<uint8_t> shard_finished_; // per shard: "shard:<file>" is in state_.finished
+  size_t shards_unfinished_ = 0;        // changed shards not yet finished
   int in_flight_ = 0;
   bool interrupting_ = false;
   bool ended_ = false;

@@ -102,6 +102,25 @@ void forget_damaged_chunk(const Plan& plan, const Task& task, ChunkRecord& recor
   });
 }
 
+// A shard is renamed only once a save records all of its chunks; resumed from an older
+// generation (the newest lost), the checkpoint may still call some of them pending. Their
+// figures are not in it, so the shard goes back to .partial and they are computed again
+// (to the same bytes).
+void reopen_shards_with_pending_chunks(const Plan& plan, const CheckpointState& state) {
+  for (const auto& shard : plan.shards) {
+    const auto final_path = plan.dst / shard.file;
+    if (!shard.changed || !std::filesystem::exists(final_path)) continue;
+    const bool pending = std::any_of(shard.tasks.begin(), shard.tasks.end(), [&](size_t t) {
+      const auto& chunks = state.tasks[t].chunks;
+      return std::any_of(chunks.begin(), chunks.end(), [](const ChunkRecord& c) { return c.state != kChunkDone; });
+    });
+    if (!pending) continue;
+    spdlog::warn("{}: renamed after the checkpoint generation resumed from: back to .partial, its pending chunks redone",
+                 final_path.string());
+    std::filesystem::rename(final_path, final_path.string() + ".partial");
+  }
+}
+
 // --verify-done: re-read every chunk recorded done and compare its checksum.
 void verify_done_chunks(const Plan& plan, CheckpointState& state) {
   for (size_t t = 0; t < plan.tasks().size(); ++t) {
@@ -170,6 +189,7 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
                                     [&](const Blob& b) { return b.name == factor_blob_name(set); });
     if (!stored) check_factor_source(plan, set); // refuse a bad linear before any work
   }
+  if (loaded) reopen_shards_with_pending_chunks(plan, state);
   link_unchanged(plan);
   // Resuming (from either generation) keeps the .partial files; a fresh start rewrites them.
   outputs.create_all(loaded.has_value());
@@ -209,15 +229,17 @@ struct RankLoop {
       case Tag::request: coordinator->on_request(decode<WorkRequest>(m.bytes)); break;
       case Tag::assign: {
         request_pending = false;
-        const auto items = decode_items(m.bytes);
+        const auto items = decode_array<WorkItem>(m.bytes, "work item");
         if (items.empty()) next_request = std::chrono::steady_clock::now() + kWaitRetry;
-        for (const auto& item : items) worker.push(item);
+        worker.push(items);
         break;
       }
       case Tag::reduce_result: coordinator->on_reduce(decode<ReduceResult>(m.bytes)); break;
       case Tag::factor_result: coordinator->on_factor(m); break;
-      case Tag::chunk_done: coordinator->on_chunk_done(decode<ChunkResult>(m.bytes)); break;
-      case Tag::dropped: coordinator->on_dropped(decode_items(m.bytes)); break;
+      case Tag::chunk_done:
+        for (const auto& result : decode_array<ChunkResult>(m.bytes, "chunk_done")) coordinator->on_chunk_done(result);
+        break;
+      case Tag::dropped: coordinator->on_dropped(decode_array<WorkItem>(m.bytes, "work item")); break;
       case Tag::finalized: coordinator->on_finalized(decode<int32_t>(m.bytes)); break;
       case Tag::interrupt: coordinator->on_interrupt(); break;
       case Tag::chunk_data: write_received_chunk(m); break;

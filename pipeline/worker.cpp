@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "kernels/gptq.h"
@@ -17,6 +18,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// A batch ends at this many items or source bytes: small chunks travel together, a large
+// one alone (its own bytes reach the budget).
+constexpr size_t kBatchItems = 256;
+constexpr uint64_t kBatchBytes = 1ull << 20;
+
 std::span<const uint8_t> as_bytes(const std::vector<double>& values) {
   return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(double)};
 }
@@ -25,10 +31,9 @@ std::span<const uint8_t> as_bytes(const std::vector<double>& values) {
 
 Worker::Worker(const Plan& plan, OutputFiles& outputs, int rank, int threads)
     : plan_(plan), outputs_(outputs), rank_(rank), threads_(threads) {
-  for (const auto& shard : plan.shards) readers_.push_back(&plan.source_readers->get(shard.file));
   gptq_pin_blas_threads();
-  writer_ = std::make_unique<ChunkWriter>(plan, outputs,
-                                          [this](const ChunkResult& result) { emit(0, Tag::chunk_done, encode(result)); });
+  writer_ = std::make_unique<ChunkWriter>(
+      plan, outputs, [this](const std::vector<ChunkResult>& results) { emit(0, Tag::chunk_done, encode_array(results)); });
   reader_thread_ = std::thread([this] { read_loop(); });
   for (int t = 0; t < threads_; ++t) compute_threads_.emplace_back([this] { compute_loop(); });
 }
@@ -48,18 +53,20 @@ void Worker::stop() {
   writer_->stop();
 }
 
-void Worker::push(const WorkItem& item) {
+void Worker::push(const std::vector<WorkItem>& items) {
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back(item);
-    queued_bytes_ += item_source_bytes(plan_, item);
+    for (const auto& item : items) {
+      queue_.push_back(item);
+      queued_bytes_ += item_source_bytes(plan_, item);
+    }
   }
   changed_.notify_all();
 }
 
 size_t Worker::load() const {
   std::lock_guard lock(mutex_);
-  return queue_.size() + ready_.size() + (reading_ ? 1 : 0) + size_t(computing_);
+  return queue_.size() + ready_items_ + reading_items_ + computing_items_;
 }
 
 uint64_t Worker::queued_bytes() const {
@@ -75,7 +82,8 @@ void Worker::install_factors(int set, std::shared_ptr<const LayerFactors> factor
 void Worker::write_received(const ChunkResult& result, std::span<const uint8_t> buffers) {
   const Task& task = plan_.tasks()[size_t(result.task)];
   const uint64_t rows = task.chunk_rows(uint64_t(result.chunk));
-  ChunkBytes bytes = writer_->recycled();
+  std::vector<ChunkOut> chunks(1, ChunkOut{result, writer_->recycled()});
+  ChunkBytes& bytes = chunks[0].bytes;
   bytes.buffers.resize(task.outputs.size());
   size_t at = 0;
   for (size_t o = 0; o < task.outputs.size(); ++o) {
@@ -87,7 +95,7 @@ void Worker::write_received(const ChunkResult& result, std::span<const uint8_t> 
     bytes.buffers[o].assign(buffers.begin() + long(at), buffers.begin() + long(at + size));
     at += size;
   }
-  writer_->push(result, std::move(bytes));
+  writer_->push(std::move(chunks));
 }
 
 void Worker::cancel() {
@@ -96,13 +104,16 @@ void Worker::cancel() {
   // Everything not yet computing goes back to rank 0 in one message.
   std::vector<WorkItem> dropped(queue_.begin(), queue_.end());
   queue_.clear();
-  for (auto& read : ready_) {
-    dropped.push_back(read.item);
-    if (read.rows) free_rows_.push_back(std::move(read.rows));
+  for (auto& batch : ready_) {
+    for (auto& read : batch) {
+      dropped.push_back(read.item);
+      if (read.rows) free_rows_.push_back(std::move(read.rows));
+    }
   }
   ready_.clear();
-  if (!dropped.empty()) results_.push_back({0, Tag::dropped, encode_items(dropped)});
-  queued_bytes_ = 0; // the item being read is dropped by the reader
+  ready_items_ = 0;
+  if (!dropped.empty()) results_.push_back({0, Tag::dropped, encode_array(dropped)});
+  queued_bytes_ = 0; // the batch being read is dropped by the reader
 }
 
 std::optional<Outgoing> Worker::pop_result() {
@@ -133,44 +144,70 @@ void Worker::emit(int dest, Tag tag, std::vector<uint8_t> bytes) {
 void Worker::fail(std::exception_ptr failure) {
   std::lock_guard lock(mutex_);
   if (!failure_) failure_ = failure;
-  reading_ = false;
-  computing_ = 0;
+  reading_items_ = 0;
+  computing_items_ = 0;
   result_ready_.notify_one();
 }
 
-// Reads ahead of the compute threads, one item per thread at most: the next item's
+// The next items of the queue, up to kBatchItems or kBatchBytes of source rows, each with
+// a buffer for its rows. A factor item computes for long: it goes alone, so that the
+// threads share a set's items.
+Worker::ReadBatch Worker::take_batch() {
+  ReadBatch batch;
+  uint64_t bytes = 0;
+  while (!queue_.empty() && batch.size() < kBatchItems) {
+    const WorkItem item = queue_.front();
+    const uint64_t item_bytes = item_source_bytes(plan_, item);
+    const bool alone = item.kind == WorkKind::factor;
+    if (!batch.empty() && (alone || bytes + item_bytes > kBatchBytes)) break;
+    queue_.pop_front();
+    bytes += item_bytes;
+    ReadItem& read = batch.emplace_back();
+    read.item = item;
+    if (item.kind == WorkKind::reduce || item.kind == WorkKind::encode) {
+      if (free_rows_.empty()) free_rows_.push_back(std::make_unique<SourceRows>());
+      read.rows = std::move(free_rows_.back());
+      free_rows_.pop_back();
+    }
+    if (alone) break;
+  }
+  reading_items_ = batch.size();
+  return batch;
+}
+
+// Reads ahead of the compute threads, one batch per thread at most: the next batch's
 // source rows are in memory by the time a thread is free.
 void Worker::read_loop() {
   for (;;) {
-    ReadItem read;
+    ReadBatch batch;
     {
       std::unique_lock lock(mutex_);
       changed_.wait(lock, [&] { return stopping_ || (!queue_.empty() && ready_.size() < size_t(threads_)); });
       if (stopping_) return;
-      read.item = queue_.front();
-      queue_.pop_front();
-      reading_ = true;
-      if (read.item.kind == WorkKind::reduce || read.item.kind == WorkKind::encode) {
-        if (free_rows_.empty()) free_rows_.push_back(std::make_unique<SourceRows>());
-        read.rows = std::move(free_rows_.back());
-        free_rows_.pop_back();
-      }
+      batch = take_batch();
     }
     try {
-      if (read.rows) read_rows(read.item, *read.rows);
+      for (auto& read : batch) {
+        if (read.rows) read_rows(read.item, *read.rows);
+      }
     } catch (...) {
       fail(std::current_exception());
       return;
     }
     {
       std::lock_guard lock(mutex_);
-      reading_ = false;
+      reading_items_ = 0;
       if (cancel_) {
-        queued_bytes_ -= std::min(queued_bytes_, item_source_bytes(plan_, read.item));
-        results_.push_back({0, Tag::dropped, encode_items({read.item})});
-        if (read.rows) free_rows_.push_back(std::move(read.rows));
+        std::vector<WorkItem> dropped;
+        for (auto& read : batch) {
+          queued_bytes_ -= std::min(queued_bytes_, item_source_bytes(plan_, read.item));
+          dropped.push_back(read.item);
+          if (read.rows) free_rows_.push_back(std::move(read.rows));
+        }
+        results_.push_back({0, Tag::dropped, encode_array(dropped)});
       } else {
-        ready_.push_back(std::move(read));
+        ready_items_ += batch.size();
+        ready_.push_back(std::move(batch));
       }
     }
     changed_.notify_all();
@@ -178,42 +215,48 @@ void Worker::read_loop() {
 }
 
 void Worker::compute_loop() {
-  EncodedChunk out; // this thread's output buffers, reused from chunk to chunk
+  EncodedChunk out;             // this thread's output buffers, reused from chunk to chunk
+  std::vector<ChunkOut> written; // the batch's chunks for this rank's writer
   for (;;) {
-    ReadItem read;
+    ReadBatch batch;
     {
       std::unique_lock lock(mutex_);
       changed_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
       if (stopping_) return;
-      read = std::move(ready_.front());
+      batch = std::move(ready_.front());
       ready_.pop_front();
-      queued_bytes_ -= std::min(queued_bytes_, item_source_bytes(plan_, read.item));
-      ++computing_;
+      ready_items_ -= batch.size();
+      for (const auto& read : batch) queued_bytes_ -= std::min(queued_bytes_, item_source_bytes(plan_, read.item));
+      computing_items_ += batch.size();
     }
-    changed_.notify_all(); // the reader may read the next item
+    changed_.notify_all(); // the reader may read the next batch
     try {
-      if (cancel_) emit(0, Tag::dropped, encode_items({read.item}));
-      else process(read, out);
+      for (auto& read : batch) {
+        if (cancel_) emit(0, Tag::dropped, encode_array(std::vector<WorkItem>{read.item}));
+        else process(read, out, written);
+      }
+      if (!written.empty()) writer_->push(std::move(written));
+      written.clear();
     } catch (...) {
       fail(std::current_exception());
       return;
     }
     std::lock_guard lock(mutex_);
-    --computing_;
-    if (read.rows) free_rows_.push_back(std::move(read.rows));
+    computing_items_ -= std::min(computing_items_, batch.size());
+    for (auto& read : batch) {
+      if (read.rows) free_rows_.push_back(std::move(read.rows));
+    }
   }
 }
 
-void Worker::process(ReadItem& read, EncodedChunk& out) {
+void Worker::process(ReadItem& read, EncodedChunk& out, std::vector<ChunkOut>& written) {
   switch (read.item.kind) {
     case WorkKind::reduce: do_reduce(read.item, *read.rows); break;
     case WorkKind::factor: do_factor(read.item); break;
-    case WorkKind::encode: do_encode(read.item, *read.rows, out); break;
+    case WorkKind::encode: do_encode(read.item, *read.rows, out, written); break;
     case WorkKind::wait: break;
   }
 }
-
-const io::Reader& Worker::reader_of(const std::string& tensor) const { return *readers_[plan_.source.at(tensor).shard]; }
 
 // Encode items need every input row; reductions only the inputs they read whole (an amax
 // reads the scales and then the few rows of codes that can decide it).
@@ -221,16 +264,15 @@ void Worker::read_rows(const WorkItem& item, SourceRows& rows) const {
   const Task& task = plan_.tasks()[size_t(item.task)];
   const uint64_t chunk = uint64_t(item.index), first = task.chunk_first_row(chunk), count = task.chunk_rows(chunk);
   rows.inputs.resize(task.inputs.size());
-  std::vector<bool> wanted(task.inputs.size(), item.kind != WorkKind::reduce);
-  if (item.kind == WorkKind::reduce)
-    for (size_t i : reduction_inputs(task.codec)) wanted[i] = true;
+  const auto& sources = plan_.task_sources[size_t(item.task)];
+  const std::vector<size_t> reduced = item.kind == WorkKind::reduce ? reduction_inputs(task.codec) : std::vector<size_t>{};
   for (size_t i = 0; i < task.inputs.size(); ++i) {
-    if (!wanted[i]) {
+    if (item.kind == WorkKind::reduce && std::find(reduced.begin(), reduced.end(), i) == reduced.end()) {
       rows.inputs[i].clear();
       continue;
     }
-    const io::Reader& reader = reader_of(task.inputs[i]);
-    const io::TensorInfo& tensor = reader.tensor(task.inputs[i]);
+    const io::Reader& reader = *sources[i].reader;
+    const io::TensorInfo& tensor = *sources[i].tensor;
     const uint64_t input_count = task.input_row_count(i, first, count);
     // A resize zero-fills only what the buffer grows by (the read overwrites all of it): a
     // reused buffer of the same size costs nothing here.
@@ -250,9 +292,9 @@ ChunkInput Worker::chunk_input(const WorkItem& item, const SourceRows& rows) con
 void Worker::do_reduce(const WorkItem& item, const SourceRows& rows) {
   const auto start = std::chrono::steady_clock::now();
   const ChunkInput input = chunk_input(item, rows);
+  const auto& sources = plan_.task_sources[size_t(item.task)];
   const auto read_input_rows = [&](size_t i, uint64_t first, uint64_t count, std::span<uint8_t> out) {
-    const io::Reader& reader = reader_of(input.task.inputs[i]);
-    reader.read_rows(reader.tensor(input.task.inputs[i]), input.first_row + first, count, out);
+    sources[i].reader->read_rows(*sources[i].tensor, input.first_row + first, count, out);
   };
   const float value = reduce_chunk(input, read_input_rows);
   emit(0, Tag::reduce_result, encode(ReduceResult{item.task, item.index, value, seconds_since(start)}));
@@ -278,7 +320,7 @@ void Worker::do_factor(const WorkItem& item) {
        encode(FactorResult{item.task, int32_t(item.index)}, {as_bytes(factor.gram), as_bytes(factor.upper)}));
 }
 
-void Worker::do_encode(const WorkItem& item, SourceRows& rows, EncodedChunk& out) {
+void Worker::do_encode(const WorkItem& item, SourceRows& rows, EncodedChunk& out, std::vector<ChunkOut>& written) {
   const auto start = std::chrono::steady_clock::now();
   ChunkInput input = chunk_input(item, rows);
   input.input_buffers = &rows.inputs; // the rows are not needed after this item
@@ -290,16 +332,15 @@ void Worker::do_encode(const WorkItem& item, SourceRows& rows, EncodedChunk& out
     if (it != factors_.end()) context.factors = it->second.get();
   }
   if (!encode_chunk(input, context, out, &cancel_)) {
-    emit(0, Tag::dropped, encode_items({item}));
+    emit(0, Tag::dropped, encode_array(std::vector<WorkItem>{item}));
     return;
   }
   test_chunk_delay();
   ChunkResult result{item.task, item.index, chunk_checksum(out.buffers), seconds_since(start), rank_, out.stats};
   if (outputs_.writes_shard(task.shard)) {
     // The writer reports the chunk once it is durable; its buffers come back for the next.
-    ChunkBytes bytes = writer_->recycled();
-    std::swap(bytes.buffers, out.buffers);
-    writer_->push(result, std::move(bytes));
+    ChunkOut& chunk = written.emplace_back(ChunkOut{result, writer_->recycled()});
+    std::swap(chunk.bytes.buffers, out.buffers);
   } else {
     emit(outputs_.writer_of(task.shard), Tag::chunk_data, encode(result, out.buffers));
   }

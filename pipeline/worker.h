@@ -1,13 +1,16 @@
 // The work side of a rank, threads in a row so that disk and compute overlap:
-//   reader   - takes the next assigned item and reads its source rows (pread), staying
-//              at most one item per compute thread ahead of them,
-//   compute  - `threads` of them (run.threads), each running the stage on an item
-//              already read: several chunks are in flight at once, never pieces of one,
-//              so a chunk's bytes and figures do not depend on the thread count,
+//   reader   - takes the next batch of assigned items and reads their source rows
+//              (pread), staying at most one batch per compute thread ahead of them,
+//   compute  - `threads` of them (run.threads), each running the stage on the items of a
+//              batch already read: several chunks are in flight at once, never pieces of
+//              one, so a chunk's bytes and figures do not depend on the thread count,
 //   writer   - ChunkWriter: pwrites this rank's chunks and fsyncs them in batches.
 // Results go back to the rank's main thread (which alone talks MPI) through a queue.
-// Memory: at most 2 x threads chunks of source rows (one computing and one read ahead
-// per thread) and one chunk of output buffers per thread, plus the writer's queue.
+// A batch is one item when items are large, up to kBatchItems when they are small (a
+// plan of 50K tiny tensors): threads hand each other batches, not items, so a tiny
+// chunk does not pay several thread wake-ups.
+// Memory: at most 2 x threads batches of source rows (one computing and one read ahead
+// per thread) and one batch of output buffers per thread, plus the writer's queue.
 #pragma once
 
 #include <atomic>
@@ -42,7 +45,7 @@ class Worker {
   Worker(const Plan& plan, OutputFiles& outputs, int rank, int threads);
   ~Worker();
 
-  void push(const WorkItem& item);
+  void push(const std::vector<WorkItem>& items);
   int threads() const { return threads_; }
   size_t load() const;          // items queued, being read, read or computing
   uint64_t queued_bytes() const; // source bytes of the items not yet computing
@@ -67,25 +70,26 @@ class Worker {
     WorkItem item;
     std::unique_ptr<SourceRows> rows; // reduce and encode only
   };
+  using ReadBatch = std::vector<ReadItem>;
 
   void read_loop();
   void compute_loop();
   void fail(std::exception_ptr failure);
-  void process(ReadItem& read, EncodedChunk& out);
+  ReadBatch take_batch(); // the next items from queue_ (lock held)
+  void process(ReadItem& read, EncodedChunk& out, std::vector<ChunkOut>& written);
   void do_reduce(const WorkItem& item, const SourceRows& rows);
   void do_factor(const WorkItem& item);
-  void do_encode(const WorkItem& item, SourceRows& rows, EncodedChunk& out);
+  // A chunk for this rank's writer is appended to `written` (pushed once per batch).
+  void do_encode(const WorkItem& item, SourceRows& rows, EncodedChunk& out, std::vector<ChunkOut>& written);
   void emit(int dest, Tag tag, std::vector<uint8_t> bytes);
   void read_rows(const WorkItem& item, SourceRows& rows) const;
   ChunkInput chunk_input(const WorkItem& item, const SourceRows& rows) const;
-  const io::Reader& reader_of(const std::string& tensor) const;
   const std::vector<float>& factor_source(int set);
 
   const Plan& plan_;
   OutputFiles& outputs_;
   int rank_;
   int threads_;
-  std::vector<const io::Reader*> readers_; // per source shard (the plan's, opened once)
   std::mutex factor_sources_mutex_; // held while a set's source is read (once per set)
   std::map<int, std::vector<float>> factor_sources_; // per factor set: the dequantized linear
   std::map<int, std::shared_ptr<const LayerFactors>> factors_;
@@ -94,12 +98,13 @@ class Worker {
   std::condition_variable changed_;
   std::condition_variable result_ready_; // the main thread's wait
   std::deque<WorkItem> queue_;                         // assigned, not yet read
-  std::deque<ReadItem> ready_;                         // read, not yet computed
+  std::deque<ReadBatch> ready_;                        // read, not yet computed
   std::vector<std::unique_ptr<SourceRows>> free_rows_; // buffers to read into
   std::deque<Outgoing> results_;
-  uint64_t queued_bytes_ = 0; // source bytes in queue_, the item being read and ready_
-  bool reading_ = false;
-  int computing_ = 0; // compute threads busy
+  uint64_t queued_bytes_ = 0; // source bytes in queue_, the batch being read and ready_
+  size_t reading_items_ = 0;   // in the batch being read
+  size_t ready_items_ = 0;     // in ready_
+  size_t computing_items_ = 0; // in the batches being computed
   bool stopping_ = false;
   std::atomic<bool> cancel_{false};
   std::exception_ptr failure_;

@@ -4,6 +4,8 @@
 #   - one of another job (other method, other source) is refused, naming the field;
 #   - a truncated or bit-flipped newest generation falls back to .prev and says so, as
 #     does a missing newest one; the resumed output is still the uninterrupted bytes;
+#   - resumed from a generation older than a shard's rename (chunks pending), the shard
+#     goes back to .partial and those chunks are redone, to the same bytes;
 #   - with both generations corrupt the run is refused with "use --fresh";
 #   - --fresh starts over, also over shards another job finalized;
 #   - the same command on a finished job exits 0 and does nothing; a complete output
@@ -86,6 +88,21 @@ rm "$CKPT"
 run_shardq 0 "$WORK/missing.log" "${ARGS[@]}" || fail "resuming from .prev alone failed: $(tail -3 "$WORK/missing.log")"
 grep -q "using the previous one" "$WORK/missing.log" || fail "no fallback note for a missing checkpoint"
 same_output "$WORK/ref" "$DST"
+
+# A generation saved before the shards were renamed (chunks still pending), resumed after
+# the renames: the shards go back to .partial and the output is still the same bytes.
+DST3="$WORK/out3"
+ARGS3=("$JOB" "${COMMON[@]}" "${RTN[@]}" --dst "$DST3")
+SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/old.log" "${ARGS3[@]}" && fail "the crash did not happen"
+(($(done_chunks "$DST3/.shardq/checkpoint.h5" | wc -l) > 0)) || fail "no chunk recorded before the crash"
+cp -a "$DST3/.shardq" "$WORK/old-checkpoint"
+SHARDQ_CRASH_AT=index:1 run_shardq 0 "$WORK/renamed.log" "${ARGS3[@]}" && fail "the crash did not happen"
+[[ $(ls "$DST3"/*.partial 2>/dev/null | wc -l) == 0 ]] || fail "the run had not finalized its shards"
+rm -rf "$DST3/.shardq" && cp -a "$WORK/old-checkpoint" "$DST3/.shardq"
+run_shardq 0 "$WORK/reopened.log" "${ARGS3[@]}" || fail "resuming an older generation failed: $(tail -3 "$WORK/reopened.log")"
+grep -q "back to .partial, its pending chunks redone" "$WORK/reopened.log" || fail "no shard went back to .partial"
+same_output "$WORK/ref" "$DST3"
+echo "reopened: $(grep -c 'back to .partial' "$WORK/reopened.log") shard(s) back to .partial"
 
 # Both generations corrupt: refused, then --fresh starts over.
 SHARDQ_CRASH_AT=quantize:3 run_shardq 0 "$WORK/force.log" "${ARGS[@]}" --force && fail "the crash did not happen"
