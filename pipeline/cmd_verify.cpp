@@ -231,15 +231,14 @@ Job verify_job(const VerifyArgs& args) {
 // Index closed: every shard it names is present and whole (its header matches its size),
 // and every tensor of every shard is named once, in the shard that holds it.
 void verify_index(const Plan& plan, AuditReaders& readers, Audit& audit) {
-  const auto index = io::read_json_object(plan.dst / io::kIndexFileName);
+  const io::ShardIndex index = io::read_index(plan.dst / io::kIndexFileName);
   audit.check("index as planned", index == output_index(plan), std::string(io::kIndexFileName), "differs from the plan");
-  const auto& weight_map = index["weight_map"];
-  // ordered_json finds keys by linear search: look 100K tensors up in a hash map instead.
+  const auto& weight_map = index.weight_map;
   std::unordered_map<std::string_view, std::string> shard_of;
   std::set<std::string> files;
-  for (const auto& [name, file] : weight_map.items()) {
-    shard_of.emplace(name, file.get<std::string>());
-    files.insert(file.get<std::string>());
+  for (const auto& [name, file] : weight_map) {
+    shard_of.emplace(name, file);
+    files.insert(file);
   }
   std::unordered_map<std::string, int> seen;
   for (const auto& file : files) {
@@ -262,7 +261,7 @@ void verify_index(const Plan& plan, AuditReaders& readers, Audit& audit) {
     }
     audit.check("shard headers match files", whole, file, "missing in dst");
   }
-  for (const auto& [name, file] : weight_map.items()) {
+  for (const auto& [name, file] : weight_map) {
     audit.check("index closed", seen[name] == 1, name, fmt::format("held by {} shards, 1 expected", seen[name]));
   }
 }
@@ -403,11 +402,10 @@ void verify_reference_layout(const Plan& plan, const Job& job, AuditReaders& rea
   const CheckpointView reference = read_checkpoint_view(job.input_scales_from);
   const auto skipped = [&](const std::string& name) { return !job.keep_mtp && name.rfind("mtp.", 0) == 0 && name.find(".ffn.experts.") != std::string::npos; };
   std::set<std::string> output_names;
-  const auto index = io::read_json_object(plan.dst / io::kIndexFileName);
-  for (const auto& [name, file] : index["weight_map"].items()) {
+  for (const auto& [name, file] : io::read_index(plan.dst / io::kIndexFileName).weight_map) {
     if (skipped(name)) continue;
     output_names.insert(name);
-    const auto* tensor = readers.output.get(file.get<std::string>()).find(name);
+    const auto* tensor = readers.output.get(file).find(name);
     const SourceTensor* ref = reference.find(name);
     audit.check("layout equal to the reference", tensor && ref && ref->spec.dtype == tensor->dtype && ref->spec.shape == tensor->shape,
                 name, ref ? "dtype or shape differs from the reference's" : "not in the reference");

@@ -314,7 +314,7 @@ void Coordinator::finalize_ready_shards() {
 void Coordinator::finish_run() {
   if (!is_finished("index")) {
     crash_point("index");
-    io::write_json_file(plan_.dst / io::kIndexFileName, output_index(plan_));
+    io::write_index(plan_.dst / io::kIndexFileName, output_index(plan_));
     mark_finished("index");
   }
   if (!is_finished("config")) {

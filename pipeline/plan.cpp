@@ -22,17 +22,10 @@ namespace {
 constexpr const char* kHfQuantConfigFile = "hf_quant_config.json";
 
 // The shards named by the index, in file-name order.
-std::vector<std::string> shard_files(const nlohmann::ordered_json& index, const std::filesystem::path& index_path) {
-  if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
-    throw PipelineError(fmt::format("{}: no weight_map object", index_path.string()));
-  }
+// The shards an index names, sorted.
+std::vector<std::string> shard_files(const io::ShardIndex& index) {
   std::set<std::string_view> files;
-  for (const auto& [name, file] : index["weight_map"].items()) {
-    if (!file.is_string()) throw PipelineError(fmt::format("{}: weight_map['{}'] is not a file name", index_path.string(), name));
-    const std::string& shard = file.get_ref<const std::string&>();
-    io::check_shard_name(shard, index_path, name);
-    files.insert(shard);
-  }
+  for (const auto& [name, file] : index.weight_map) files.insert(file);
   return {files.begin(), files.end()};
 }
 
@@ -138,21 +131,21 @@ const io::TensorInfo& ShardPlan::planned(const std::string& name) const {
   throw PipelineError(fmt::format("{}: no planned tensor '{}'", file, name));
 }
 
-CheckpointView read_checkpoint_view(const std::filesystem::path& dir, nlohmann::ordered_json* index_out) {
+CheckpointView read_checkpoint_view(const std::filesystem::path& dir, io::ShardIndex* index_out) {
   io::ShardReaders readers(dir);
   return read_checkpoint_view(readers, index_out);
 }
 
-CheckpointView read_checkpoint_view(io::ShardReaders& readers, nlohmann::ordered_json* index_out) {
+CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* index_out) {
   const std::filesystem::path& dir = readers.folder();
   if (!std::filesystem::is_directory(dir)) throw PipelineError(fmt::format("{}: checkpoint folder not found", dir.string()));
   const auto index_path = dir / io::kIndexFileName;
   CheckpointView view;
   view.dir = dir;
-  nlohmann::ordered_json index = io::read_json_object(index_path);
+  io::ShardIndex index = io::read_index(index_path);
   view.config = io::read_config(dir / kConfigFile);
   if (std::filesystem::exists(dir / kHfQuantConfigFile)) view.hf_quant_config = io::read_json_object(dir / kHfQuantConfigFile);
-  view.shard_files = shard_files(index, index_path);
+  view.shard_files = shard_files(index);
   for (size_t s = 0; s < view.shard_files.size(); ++s) {
     if (!std::filesystem::exists(dir / view.shard_files[s])) {
       throw PipelineError(fmt::format("{}: shard '{}' named by the index is missing", index_path.string(), view.shard_files[s]));
@@ -278,25 +271,21 @@ OutputSlot task_output_slot(const Plan& plan, const Task& task, size_t output) {
   return {info.begin, tensor_row_bytes(spec), task.rows};
 }
 
-nlohmann::ordered_json output_index(const Plan& plan) {
-  nlohmann::ordered_json index = nlohmann::ordered_json::object();
-  for (const auto& [key, value] : plan.source_index.items()) { // all but the (large) weight map
-    if (key != "weight_map") io::append_new_key(index, key, value);
-  }
-  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
-  uint64_t total = 0;
+io::ShardIndex output_index(const Plan& plan) {
+  io::ShardIndex index;
+  index.extra_metadata = plan.source_index.extra_metadata;
   // Source order of the index, each tensor of a changed shard replaced by what the plan
   // puts in its place: a copy stands where its source stood, output i of a task where the
   // task's input i stood, scalars and constants after the entry before them. Names are
   // views into the plan, which outlives this function.
   std::unordered_set<std::string_view> mapped;
   const auto add = [&](std::string_view name, const std::string& file) {
-    if (mapped.insert(name).second) io::append_new_key(weight_map, std::string(name), file);
+    if (mapped.insert(name).second) index.weight_map.emplace_back(name, file);
   };
   std::unordered_map<std::string_view, std::vector<std::string_view>> placed; // source tensor -> output tensors
   for (const auto& shard : plan.shards) {
     if (!shard.changed) continue;
-    for (const auto& info : shard.layout.tensors) total += info.end - info.begin;
+    for (const auto& info : shard.layout.tensors) index.total_size += info.end - info.begin;
     std::string_view last_source;
     for (const auto& entry : shard.entries) {
       std::string_view from = last_source;
@@ -310,9 +299,7 @@ nlohmann::ordered_json output_index(const Plan& plan) {
       last_source = from;
     }
   }
-  for (const auto& entry : plan.source_index["weight_map"].items()) {
-    const std::string& name = entry.key();
-    const std::string& file = entry.value().get_ref<const std::string&>();
+  for (const auto& [name, file] : plan.source_index.weight_map) {
     const SourceTensor* tensor = plan.source.find(name);
     if (tensor && plan.shards[tensor->shard].changed) {
       if (const auto it = placed.find(name); it != placed.end())
@@ -323,13 +310,11 @@ nlohmann::ordered_json output_index(const Plan& plan) {
   }
   for (const auto& shard : plan.shards) {
     if (!shard.changed) {
-      for (const auto& info : plan.source_readers->get(shard.file).tensors()) total += info.end - info.begin;
+      for (const auto& info : plan.source_readers->get(shard.file).tensors()) index.total_size += info.end - info.begin;
       continue;
     }
     for (const auto& entry : shard.entries) add(entry.spec.name, shard.file);
   }
-  index["metadata"]["total_size"] = total;
-  index["weight_map"] = std::move(weight_map);
   return index;
 }
 

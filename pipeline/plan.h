@@ -52,7 +52,7 @@ struct Plan {
   RecipePlan recipe_plan;
   std::filesystem::path src, dst;
   CheckpointView source;
-  nlohmann::ordered_json source_index;
+  io::ShardIndex source_index;
   std::vector<ShardPlan> shards;
   std::vector<std::string> other_files; // linked untouched (tokenizer, LICENSE, ...)
   std::vector<std::vector<size_t>> group_tasks; // scale group -> its tasks
@@ -76,9 +76,9 @@ struct Plan {
 Plan make_plan(const Job& job, int ranks);
 
 // The headers of a checkpoint folder (index, config, hf_quant_config.json, shards).
-CheckpointView read_checkpoint_view(const std::filesystem::path& dir, nlohmann::ordered_json* index = nullptr);
+CheckpointView read_checkpoint_view(const std::filesystem::path& dir, io::ShardIndex* index = nullptr);
 // The same through `readers` (their folder's), which keep the shards open for later use.
-CheckpointView read_checkpoint_view(io::ShardReaders& readers, nlohmann::ordered_json* index = nullptr);
+CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* index = nullptr);
 
 // A factor set's FP8 linear dequantized exactly (32x32 E8M0 blocks), row-major
 // [out, in]; refuses a missing tensor, the wrong shape or NaN codes, naming it.
@@ -90,6 +90,6 @@ void check_factor_source(const Plan& plan, const FactorSet& set);
 OutputSlot task_output_slot(const Plan& plan, const Task& task, size_t output);
 
 // The output index.
-nlohmann::ordered_json output_index(const Plan& plan);
+io::ShardIndex output_index(const Plan& plan);
 
 } // namespace shardq

@@ -9,7 +9,6 @@
 namespace shardq::io {
 
 namespace {
-constexpr uint64_t kMaxJsonFileBytes = 100'000'000;
 }
 
 nlohmann::ordered_json read_json_object(const std::filesystem::path& path) {

@@ -2,12 +2,16 @@
 // (nlohmann::ordered_json) so a diff against the source shows only what we changed.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "pipeline/io/io_error.h"
 
 namespace shardq::io {
+
+// The largest JSON file read (index, config, report): refused beyond it before parsing.
+inline constexpr uint64_t kMaxJsonFileBytes = 100'000'000;
 
 // Reads a JSON object (duplicate keys and non-UTF-8 refused, 100 MB cap).
 nlohmann::ordered_json read_json_object(const std::filesystem::path& path);

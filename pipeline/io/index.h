@@ -20,6 +20,8 @@ struct ShardIndex {
   nlohmann::ordered_json extra_metadata = nlohmann::ordered_json::object(); // other "metadata" keys, kept
   std::vector<std::pair<std::string, std::string>> weight_map;              // tensor -> shard, file order
 
+  bool operator==(const ShardIndex&) const = default;
+
   // Distinct shard names in order of first appearance.
   std::vector<std::string> shard_files() const;
   // The shard holding a tensor, or nullptr.
@@ -31,14 +33,19 @@ inline constexpr std::string_view kIndexFileName = "model.safetensors.index.json
 // Throws IoError naming the index file and the entry when a shard name could leave its folder.
 void check_shard_name(std::string_view shard, const std::filesystem::path& index_file, std::string_view tensor);
 
-// Parses and checks every shard name; does not look at the shards themselves.
+// Parses and checks every shard name; does not look at the shards themselves. Root keys
+// other than "metadata" and "weight_map" are not kept. An index of the usual shape (flat
+// metadata, a weight map of strings) is read from the JSON parser's events: a DOM of 100K
+// entries costs several times the parse.
 ShardIndex read_index(const std::filesystem::path& index_file);
 // Throws "missing shard" (naming index, tensor and shard) when a referenced file is absent.
 void validate_shards(const std::filesystem::path& index_file, const ShardIndex& index);
 // read_index + validate_shards: what a loader of a source checkpoint wants.
 ShardIndex load_index(const std::filesystem::path& index_file);
 
-// Writes atomically (tmp + fsync + rename + fsync folder), indent 2, trailing newline.
+// Writes atomically (tmp + fsync + rename + fsync folder), indent 2, trailing newline:
+// what nlohmann's dump(2) gives for {"metadata": {"total_size", extra...}, "weight_map"},
+// written line by line (an ordered_json of 100K keys costs seconds to fill).
 void write_index(const std::filesystem::path& index_file, const ShardIndex& index);
 
 } // namespace shardq::io

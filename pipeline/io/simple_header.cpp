@@ -1,16 +1,14 @@
 #include "pipeline/io/simple_header.h"
 
-#include <nlohmann/json.hpp>
-
 #include <unordered_set>
+
+#include "pipeline/io/declining_sax.h"
 
 namespace shardq::io {
 namespace {
 
-using Json = nlohmann::json;
-
 // Returns false (stop) at the first event that leaves the simple shape.
-class SimpleHeaderEvents {
+class SimpleHeaderEvents : public DecliningSax {
  public:
   SimpleHeader take() { return std::move(header_); }
 
@@ -87,16 +85,6 @@ class SimpleHeaderEvents {
     return true;
   }
 
-  bool null() { return false; }
-  bool boolean(bool) { return false; }
-  bool number_integer(Json::number_integer_t) { return false; }
-  bool number_float(Json::number_float_t, const Json::string_t&) { return false; }
-  bool binary(Json::binary_t&) { return false; }
-  template <class Exception>
-  bool parse_error(std::size_t, const std::string&, const Exception&) {
-    return false;
-  }
-
  private:
   enum class Where { before_root, root, entry_value, metadata, metadata_value, tensor, field_value, numbers, after_root };
   static constexpr int kDtype = 1, kShape = 2, kOffsets = 4, kAllFields = 7;
@@ -127,13 +115,7 @@ bool names_unique(const std::vector<TensorInfo>& tensors) {
 
 std::optional<SimpleHeader> parse_simple_header(std::string_view header_json) {
   SimpleHeaderEvents events;
-  bool parsed = false;
-  try {
-    parsed = Json::sax_parse(header_json.begin(), header_json.end(), &events);
-  } catch (const Json::exception&) {
-    return std::nullopt;
-  }
-  if (!parsed) return std::nullopt;
+  if (!sax_accepts(header_json, events)) return std::nullopt;
   SimpleHeader header = events.take();
   if (!names_unique(header.tensors)) return std::nullopt;
   return header;
