@@ -95,7 +95,7 @@ void ChunkWriter::run() {
       for (auto& next : taken) {
         const Task& task = plan_.tasks()[size_t(next.result.task)];
         const uint64_t chunk = uint64_t(next.result.chunk);
-        outputs_.write_chunk_bytes(task, task.chunk_first_row(chunk), task.chunk_rows(chunk), next.bytes.buffers);
+        outputs_.write_chunk_bytes(size_t(next.result.task), task.chunk_first_row(chunk), task.chunk_rows(chunk), next.bytes.buffers);
         if (unsynced.empty()) sync_due = std::chrono::steady_clock::now() + kSyncDelay;
         unsynced_bytes += next.bytes.size();
         unsynced_shards.insert(task.shard);

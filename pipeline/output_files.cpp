@@ -64,11 +64,13 @@ io::Writer& OutputFiles::writer(size_t shard) const {
   return *it->second;
 }
 
-void OutputFiles::write_chunk_bytes(const Task& task, uint64_t first_row, uint64_t rows,
+void OutputFiles::write_chunk_bytes(size_t task_index, uint64_t first_row, uint64_t rows,
                                     const std::vector<std::vector<uint8_t>>& buffers) {
+  const Task& task = plan_.tasks()[task_index];
   io::Writer& out = writer(task.shard);
   for (size_t o = 0; o < task.outputs.size(); ++o) {
-    const WritePiece piece = plan_rows_write(buffers.at(o), first_row, rows, task_output_slot(plan_, task, o), task.outputs[o].name);
+    const WritePiece piece =
+        plan_rows_write(buffers.at(o), first_row, rows, task_output_slot(plan_, task_index, o), task.outputs[o].name);
     out.write_bytes(piece.offset, piece.bytes);
   }
 }

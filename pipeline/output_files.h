@@ -29,7 +29,7 @@ class OutputFiles {
 
   // A task's output buffers of one chunk at their planned places (pwrite); durable only
   // after sync() of its shard.
-  void write_chunk_bytes(const Task& task, uint64_t first_row, uint64_t rows,
+  void write_chunk_bytes(size_t task, uint64_t first_row, uint64_t rows,
                          const std::vector<std::vector<uint8_t>>& buffers);
   void sync(const std::set<size_t>& shards); // fsync these shards (this rank holds them open)
 

@@ -86,8 +86,26 @@ void plan_shards(Plan& plan, int ranks) {
     std::vector<io::TensorSpec> specs;
     for (const auto& entry : shard.entries) specs.push_back(entry.spec);
     shard.layout = io::Writer::plan(specs, shard.metadata);
-    const auto& tensors = shard.layout.tensors;
-    for (size_t i = 0; i < tensors.size(); ++i) shard.layout_index.emplace(tensors[i].name, i);
+  }
+}
+
+// Each task output's offset in its shard, found by name once here (no chunk looks it up).
+void plan_task_outputs(Plan& plan) {
+  std::vector<std::unordered_map<std::string_view, uint64_t>> offsets(plan.shards.size());
+  for (size_t s = 0; s < plan.shards.size(); ++s) {
+    offsets[s].reserve(plan.shards[s].layout.tensors.size());
+    for (const auto& tensor : plan.shards[s].layout.tensors) offsets[s].emplace(tensor.name, tensor.begin);
+  }
+  for (const auto& task : plan.tasks()) {
+    auto& task_offsets = plan.task_output_offsets.emplace_back();
+    for (const auto& output : task.outputs) {
+      const auto it = offsets[task.shard].find(output.name);
+      if (it == offsets[task.shard].end()) {
+        throw PipelineError(fmt::format("{}: task {} writes '{}', which the shard does not plan", plan.shards[task.shard].file,
+                                        task.name, output.name));
+      }
+      task_offsets.push_back(it->second);
+    }
   }
 }
 
@@ -124,11 +142,6 @@ uint64_t Plan::total_rows() const {
   uint64_t rows = 0;
   for (const auto& task : tasks()) rows += task.rows;
   return rows;
-}
-
-const io::TensorInfo& ShardPlan::planned(const std::string& name) const {
-  if (const auto it = layout_index.find(name); it != layout_index.end()) return layout.tensors[it->second];
-  throw PipelineError(fmt::format("{}: no planned tensor '{}'", file, name));
 }
 
 CheckpointView read_checkpoint_view(const std::filesystem::path& dir, io::ShardIndex* index_out) {
@@ -184,6 +197,7 @@ Plan make_plan(const Job& job, int ranks) {
     plan.shards.push_back(std::move(shard));
   }
   plan_shards(plan, ranks);
+  plan_task_outputs(plan);
   plan.group_tasks.resize(plan.recipe_plan.groups);
   for (size_t t = 0; t < plan.tasks().size(); ++t) plan.group_tasks.at(plan.tasks()[t].group).push_back(t);
   for (const auto& task : plan.tasks()) {
@@ -265,10 +279,9 @@ std::vector<float> read_factor_source(const Plan& plan, const FactorSet& set) {
 
 void check_factor_source(const Plan& plan, const FactorSet& set) { read_fp8_linear(plan, set); }
 
-OutputSlot task_output_slot(const Plan& plan, const Task& task, size_t output) {
-  const auto& spec = task.outputs[output];
-  const auto& info = plan.shards[task.shard].planned(spec.name);
-  return {info.begin, tensor_row_bytes(spec), task.rows};
+OutputSlot task_output_slot(const Plan& plan, size_t task, size_t output) {
+  const Task& spec = plan.tasks()[task];
+  return {plan.task_output_offsets[task][output], tensor_row_bytes(spec.outputs[output]), spec.rows};
 }
 
 io::ShardIndex output_index(const Plan& plan) {
@@ -278,11 +291,8 @@ io::ShardIndex output_index(const Plan& plan) {
   // puts in its place: a copy stands where its source stood, output i of a task where the
   // task's input i stood, scalars and constants after the entry before them. Names are
   // views into the plan, which outlives this function.
-  std::unordered_set<std::string_view> mapped;
-  const auto add = [&](std::string_view name, const std::string& file) {
-    if (mapped.insert(name).second) index.weight_map.emplace_back(name, file);
-  };
-  std::unordered_map<std::string_view, std::vector<std::string_view>> placed; // source tensor -> output tensors
+  const size_t sources = plan.source.tensors.size();
+  std::vector<std::pair<size_t, std::string_view>> placed; // (source tensor, output name), shard order
   for (const auto& shard : plan.shards) {
     if (!shard.changed) continue;
     for (const auto& info : shard.layout.tensors) index.total_size += info.end - info.begin;
@@ -295,15 +305,29 @@ io::ShardIndex output_index(const Plan& plan) {
         from = inputs[std::min(entry.output, inputs.size() - 1)];
       }
       if (from.empty()) from = entry.spec.name;
-      placed[from].push_back(entry.spec.name);
+      if (const SourceTensor* tensor = plan.source.find(from)) placed.emplace_back(size_t(tensor - plan.source.tensors.data()), entry.spec.name);
       last_source = from;
     }
   }
+  // placed grouped by source tensor, in shard order within each (a counting sort).
+  std::vector<size_t> first(sources + 1, 0);
+  for (const auto& [source, name] : placed) ++first[source + 1];
+  for (size_t i = 0; i < sources; ++i) first[i + 1] += first[i];
+  std::vector<std::string_view> by_source(placed.size());
+  std::vector<size_t> next(first.begin(), first.end() - 1);
+  for (const auto& [source, name] : placed) by_source[next[source]++] = name;
+
+  std::unordered_set<std::string_view> mapped;
+  mapped.reserve(plan.source_index.weight_map.size() + placed.size());
+  const auto add = [&](std::string_view name, const std::string& file) {
+    if (mapped.insert(name).second) index.weight_map.emplace_back(name, file);
+  };
+  index.weight_map.reserve(plan.source_index.weight_map.size());
   for (const auto& [name, file] : plan.source_index.weight_map) {
     const SourceTensor* tensor = plan.source.find(name);
     if (tensor && plan.shards[tensor->shard].changed) {
-      if (const auto it = placed.find(name); it != placed.end())
-        for (std::string_view out : it->second) add(out, file);
+      const size_t source = size_t(tensor - plan.source.tensors.data());
+      for (size_t i = first[source]; i < first[source + 1]; ++i) add(by_source[i], file);
     } else {
       add(name, file);
     }

@@ -32,11 +32,6 @@ struct ShardPlan {
   std::vector<size_t> tasks;          // tasks writing rows into it
   io::FileLayout layout;              // planned offsets (tensors parallel to entries) and header
   std::map<std::string, std::string> metadata; // the source shard's __metadata__
-  std::unordered_map<std::string, size_t> layout_index; // tensor name -> its place in layout.tensors
-
-  // Throws PipelineError when the shard plans no such tensor. Every chunk written looks up
-  // its outputs here: a search of the layout would cost O(tensors) each time.
-  const io::TensorInfo& planned(const std::string& name) const;
 };
 
 // Where one task input is read: its shard's reader and its entry there (both the plan's).
@@ -63,6 +58,8 @@ struct Plan {
   std::shared_ptr<io::ShardReaders> source_readers;
   // Per task, per input: looked up once here, not by name for every chunk read.
   std::vector<std::vector<InputSource>> task_sources;
+  // Per task, per output: where it starts in its shard's data buffer (planned layout).
+  std::vector<std::vector<uint64_t>> task_output_offsets;
 
   const std::vector<Task>& tasks() const { return recipe_plan.tasks; }
   const std::vector<FactorSet>& factor_sets() const { return recipe_plan.factor_sets; }
@@ -86,8 +83,8 @@ std::vector<float> read_factor_source(const Plan& plan, const FactorSet& set);
 // The same checks without the dequantization (before any work: refuse a bad one early).
 void check_factor_source(const Plan& plan, const FactorSet& set);
 
-// Where output `output` of a task lies in its planned output shard.
-OutputSlot task_output_slot(const Plan& plan, const Task& task, size_t output);
+// Where output `output` of task `task` (an index into tasks()) lies in its planned shard.
+OutputSlot task_output_slot(const Plan& plan, size_t task, size_t output);
 
 // The output index.
 io::ShardIndex output_index(const Plan& plan);

@@ -139,7 +139,7 @@ ShardIndex read_index_dom(std::string_view text, const std::filesystem::path& in
 // A JSON string literal (quoted, escaped as dump() escapes it; IoError on invalid UTF-8).
 std::string quoted(const std::string& text, const std::filesystem::path& index_file) {
   try {
-    return Json(text).dump();
+    return quote_json(text);
   } catch (const Json::type_error& e) {
     throw IoError(fmt::format("{}: cannot write '{}': {}", index_file.string(), text, e.what()));
   }

@@ -164,7 +164,7 @@ std::string header_json(const std::vector<TensorInfo>& tensors, const std::map<s
     if (!metadata.empty()) text += "\"__metadata__\":" + Json(metadata).dump();
     for (const TensorInfo& t : tensors) {
       if (text.size() > 1) text += ',';
-      text += Json(t.name).dump(); // quoted and escaped; throws on invalid UTF-8
+      text += quote_json(t.name); // escaped; throws type_error on invalid UTF-8
       fmt::format_to(std::back_inserter(text), ":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
                      dtype_name(t.dtype), fmt::join(t.shape, ","), t.begin, t.end);
     }

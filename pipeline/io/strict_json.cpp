@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_set>
 #include <vector>
 
@@ -103,6 +104,17 @@ nlohmann::ordered_json parse_json_strict(std::string_view text, const std::strin
     throw IoError(fmt::format("{}: {} has a number out of range: {}", label, what, e.what()));
   }
   return builder.take_root();
+}
+
+std::string quote_json(std::string_view text) {
+  const bool plain = std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
+  if (!plain) return Json(std::string(text)).dump();
+  std::string quoted;
+  quoted.reserve(text.size() + 2);
+  quoted += '"';
+  quoted += text;
+  quoted += '"';
+  return quoted;
 }
 
 void append_new_key(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value) {

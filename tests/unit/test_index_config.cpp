@@ -6,6 +6,7 @@
 #include "pipeline/io/atomic_file.h"
 #include "pipeline/io/config.h"
 #include "pipeline/io/index.h"
+#include "pipeline/io/strict_json.h"
 #include "io_test_util.h"
 
 namespace shardq::io {
@@ -211,6 +212,19 @@ TEST(IoIndex, ReadsEveryShapeToTheSameIndex) {
   // Shard names are checked on either path.
   test::write_text(dir / "escape.json", R"({"weight_map": {"a": "../s.safetensors"}})");
   EXPECT_THROW(read_index(dir / "escape.json"), IoError);
+}
+
+// Names are quoted without a JSON value when they are plain ASCII: the same bytes as
+// dump() for every kind of text, and the same refusal of invalid UTF-8.
+TEST(IoJson, QuoteJsonIsWhatDumpWrites) {
+  const std::vector<std::string> texts = {"",      "layers.0.ffn.experts.7.w1.weight", "a\"b", "back\\slash", "tab\there",
+                                          "\x7f", "\x01", "caf\xc3\xa9", "\xe2\x82\xac", "/", "'"};
+  for (const auto& text : texts) EXPECT_EQ(quote_json(text), nlohmann::ordered_json(text).dump()) << text;
+  for (int c = 0; c < 128; ++c) {
+    const std::string text = "x" + std::string(1, char(c)) + "y";
+    EXPECT_EQ(quote_json(text), nlohmann::ordered_json(text).dump()) << c;
+  }
+  EXPECT_THROW(quote_json("bad\xff"), nlohmann::ordered_json::type_error);
 }
 
 } // namespace
