@@ -8,8 +8,8 @@
 
 #include "pipeline/io/atomic_file.h"
 #include "pipeline/io/config.h"
-#include "pipeline/io/declining_sax.h"
 #include "pipeline/io/io_error.h"
+#include "pipeline/io/plain_json.h"
 #include "pipeline/io/strict_json.h"
 
 namespace shardq::io {
@@ -18,79 +18,28 @@ using Json = nlohmann::ordered_json;
 
 namespace {
 
-// {"metadata": {"total_size": n, key: string or number, ...}, "weight_map": {tensor: shard}}
-// in either order; anything else declines.
-class SimpleIndexEvents : public DecliningSax {
- public:
-  ShardIndex take() { return std::move(index_); }
-  bool seen_weight_map() const { return seen_weight_map_; }
-
-  bool start_object(std::size_t) {
-    if (where_ == Where::before_root) return enter(Where::root);
-    if (where_ != Where::root_value) return false;
-    if (pending_key_ == "metadata" && !seen_metadata_) {
-      seen_metadata_ = true;
-      return enter(Where::metadata);
+// metadata: {"total_size": n, key: string or unsigned, ...}, each key once.
+bool read_metadata(PlainJson& json, ShardIndex& index) {
+  bool seen_total_size = false;
+  return json.object([&](std::string_view key) {
+    if (key == "total_size") {
+      const auto total = json.number();
+      if (!total || seen_total_size) return false;
+      seen_total_size = true;
+      index.total_size = *total;
+      return true;
     }
-    if (pending_key_ == "weight_map" && !seen_weight_map_) {
-      seen_weight_map_ = true;
-      return enter(Where::weight_map);
+    if (index.extra_metadata.contains(key)) return false;
+    if (json.next_is('"')) {
+      const auto value = json.string();
+      if (value) append_new_key(index.extra_metadata, std::string(key), std::string(*value));
+      return value.has_value();
     }
-    return false;
-  }
-  bool end_object() {
-    where_ = where_ == Where::root ? Where::after_root : Where::root;
-    return true;
-  }
-  bool key(Json::string_t& key) {
-    if (where_ == Where::root) return store_key(key, Where::root_value);
-    if (where_ == Where::metadata) return !index_.extra_metadata.contains(key) && store_key(key, Where::metadata_value);
-    if (where_ == Where::weight_map) return store_key(key, Where::shard_name);
-    return false;
-  }
-  bool string(Json::string_t& value) {
-    if (where_ == Where::shard_name) {
-      index_.weight_map.emplace_back(std::move(pending_key_), std::move(value));
-      return enter(Where::weight_map);
-    }
-    return metadata_value(value);
-  }
-  bool number_unsigned(Json::number_unsigned_t value) {
-    if (where_ == Where::metadata_value && pending_key_ == "total_size" && !seen_total_size_) {
-      seen_total_size_ = true;
-      index_.total_size = value;
-      return enter(Where::metadata);
-    }
-    return pending_key_ != "total_size" && metadata_value(value);
-  }
-  bool number_integer(Json::number_integer_t value) { return pending_key_ != "total_size" && metadata_value(value); }
-  bool number_float(Json::number_float_t value, const Json::string_t&) {
-    return pending_key_ != "total_size" && metadata_value(value);
-  }
-
- private:
-  enum class Where { before_root, root, root_value, metadata, metadata_value, weight_map, shard_name, after_root };
-
-  bool enter(Where where) {
-    where_ = where;
-    return true;
-  }
-  bool store_key(Json::string_t& key, Where next) {
-    pending_key_ = std::move(key);
-    return enter(next);
-  }
-  template <class Value>
-  bool metadata_value(Value value) {
-    if (where_ != Where::metadata_value || pending_key_ == "total_size") return false;
-    append_new_key(index_.extra_metadata, std::move(pending_key_), std::move(value));
-    return enter(Where::metadata);
-  }
-
-  Where where_ = Where::before_root;
-  std::string pending_key_;
-  bool seen_metadata_ = false, seen_weight_map_ = false, seen_total_size_ = false;
-  ShardIndex index_;
-};
+    const auto value = json.number();
+    if (value) append_new_key(index.extra_metadata, std::string(key), *value);
+    return value.has_value();
+  });
+}
 
 bool tensors_unique(const ShardIndex& index) {
   std::unordered_set<std::string_view> tensors;
@@ -101,12 +50,26 @@ bool tensors_unique(const ShardIndex& index) {
   return true;
 }
 
-// The usual shape, without a DOM; nullopt for anything else.
+// The usual shape, {"metadata": {...}, "weight_map": {tensor: shard}} in either order, as
+// plain JSON; nullopt for anything else.
 std::optional<ShardIndex> read_simple_index(std::string_view text) {
-  SimpleIndexEvents events;
-  if (!sax_accepts(text, events) || !events.seen_weight_map()) return std::nullopt;
-  ShardIndex index = events.take();
-  if (!tensors_unique(index)) return std::nullopt;
+  PlainJson json(text);
+  ShardIndex index;
+  bool seen_metadata = false, seen_weight_map = false;
+  const bool read = json.object([&](std::string_view key) {
+    if (key == "metadata" && !seen_metadata) {
+      seen_metadata = true;
+      return read_metadata(json, index);
+    }
+    if (key != "weight_map" || seen_weight_map) return false;
+    seen_weight_map = true;
+    return json.object([&](std::string_view tensor) {
+      const auto shard = json.string();
+      if (shard) index.weight_map.emplace_back(tensor, *shard);
+      return shard.has_value();
+    });
+  });
+  if (!read || !seen_weight_map || !json.at_end() || !tensors_unique(index)) return std::nullopt;
   return index;
 }
 

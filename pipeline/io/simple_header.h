@@ -1,4 +1,4 @@
-// The shape nearly every safetensors header has, parsed from SAX events straight into
+// The shape nearly every safetensors header has, read as plain JSON (plain_json.h) straight into
 // TensorInfo: {"__metadata__": {string: string}, name: {"dtype": string, "shape": [n, ...],
 // "data_offsets": [n, n]}, ...}. Building a JSON DOM of a 100K-tensor header first costs
 // several times the parse. Anything else (a syntax error, another key or value type, a

@@ -190,13 +190,13 @@ TEST(IoIndex, RefusesDuplicateTensorsAndBadTotals) {
 TEST(IoIndex, ReadsEveryShapeToTheSameIndex) {
   ScratchDir dir;
   const std::string map = R"("weight_map": {"b": "s2.safetensors", "a": "s1.safetensors"})";
-  test::write_text(dir / "usual.json", R"({"metadata": {"total_size": 7, "format": "pt", "n": -1.5}, )" + map + "}");
-  test::write_text(dir / "swapped.json", "{" + map + R"(, "metadata": {"format": "pt", "total_size": 7, "n": -1.5}})");
-  test::write_text(dir / "unusual.json", R"({"metadata": {"total_size": 7, "format": "pt", "n": -1.5}, "other": [1], )" + map + "}");
+  test::write_text(dir / "usual.json", R"({"metadata": {"total_size": 7, "format": "pt", "n": 3}, )" + map + "}");
+  test::write_text(dir / "swapped.json", "{" + map + R"(, "metadata": {"format": "pt", "total_size": 7, "n": 3}})");
+  test::write_text(dir / "unusual.json", R"({"metadata": {"total_size": 7, "format": "pt", "n": 3}, "other": [1], )" + map + "}");
   ShardIndex expected;
   expected.total_size = 7;
   expected.extra_metadata["format"] = "pt";
-  expected.extra_metadata["n"] = -1.5;
+  expected.extra_metadata["n"] = 3;
   expected.weight_map = {{"b", "s2.safetensors"}, {"a", "s1.safetensors"}};
   for (const char* file : {"usual.json", "swapped.json", "unusual.json"}) {
     const ShardIndex index = read_index(dir / file);
@@ -204,9 +204,11 @@ TEST(IoIndex, ReadsEveryShapeToTheSameIndex) {
     EXPECT_EQ(index.weight_map, expected.weight_map) << file;
     EXPECT_EQ(index.extra_metadata.size(), 2u) << file;
     EXPECT_EQ(index.extra_metadata.value("format", ""), "pt") << file;
-    EXPECT_EQ(index.extra_metadata.value("n", 0.0), -1.5) << file;
+    EXPECT_EQ(index.extra_metadata.value("n", 0), 3) << file;
   }
-  // A nested metadata value leaves the usual shape and is kept by the strict path.
+  // A negative or nested metadata value leaves the usual shape; the strict path keeps it.
+  test::write_text(dir / "negative.json", R"({"metadata": {"total_size": 7, "n": -1.5}, )" + map + "}");
+  EXPECT_EQ(read_index(dir / "negative.json").extra_metadata.value("n", 0.0), -1.5);
   test::write_text(dir / "nested.json", R"({"metadata": {"total_size": 7, "nested": {"k": [1, 2]}}, )" + map + "}");
   EXPECT_EQ(read_index(dir / "nested.json").extra_metadata["nested"]["k"][1], 2);
   // Shard names are checked on either path.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pipeline/io/safetensors.h"
+#include "pipeline/io/plain_json.h"
 #include "pipeline/io/simple_header.h"
 
 namespace {
@@ -33,13 +34,25 @@ TEST(SimpleHeader, ReadsTensorsAndMetadataInHeaderOrder) {
   EXPECT_EQ(header->metadata.at("k"), "v");
 }
 
-TEST(SimpleHeader, AcceptsAnEmptyHeaderAndEscapedNames) {
-  const auto empty = parse_simple_header("{}");
+TEST(SimpleHeader, AcceptsAnEmptyHeaderAndLeavesEscapedNamesToTheStrictPath) {
+  const auto empty = parse_simple_header(" {\n} \t");
   ASSERT_TRUE(empty.has_value());
   EXPECT_TRUE(empty->tensors.empty());
-  const auto escaped = parse_simple_header(R"({"a\"b\u00e9":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})");
-  ASSERT_TRUE(escaped.has_value());
-  EXPECT_EQ(escaped->tensors.at(0).name, "a\"b\xc3\xa9");
+  const std::string escaped = R"({"a\"b\u00e9":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
+  EXPECT_FALSE(parse_simple_header(escaped).has_value());
+  const auto tensors = shardq::io::parse_header(escaped, escaped.size(), 8 + escaped.size() + 1, "f", nullptr);
+  EXPECT_EQ(tensors.at(0).name, "a\"b\xc3\xa9");
+}
+
+TEST(PlainJson, ReadsOnlyPlainUnsignedIntegersAndStrings) {
+  using shardq::io::PlainJson;
+  for (const char* text : {"0", "7", " 18446744073709551615"}) EXPECT_TRUE(PlainJson(text).number().has_value()) << text;
+  for (const char* text : {"", "01", "-1", "1.5", "1e5", "18446744073709551616", "+1", "x"})
+    EXPECT_FALSE(PlainJson(text).number().has_value()) << text;
+  EXPECT_EQ(PlainJson("18446744073709551615").number(), UINT64_MAX);
+  EXPECT_EQ(PlainJson(R"("layers.0.w")").string(), "layers.0.w");
+  for (const char* text : {R"("a\n")", "\"caf\xc3\xa9\"", "\"tab\t\"", "\"open", "name"})
+    EXPECT_FALSE(PlainJson(text).string().has_value()) << text;
 }
 
 // Each of these is either refused by the strict path or needs its judgement.
