@@ -7,7 +7,7 @@ debs=(
   build-essential cmake ninja-build pkg-config
   openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools
   libeigen3-dev libopenblas-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-  libtomlplusplus-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev
+  libtomlplusplus-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libmimalloc-dev
   clang libclang-rt-14-dev gnuplot-nox time
   munge slurmctld slurmd slurm-client
   openssh-server openssh-client iproute2 # tests/cluster: hosts as network namespaces
