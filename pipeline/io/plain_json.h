@@ -28,29 +28,33 @@ class PlainJson {
   // member reads the value and returns false to fail the read.
   template <class Member>
   bool object(Member member) {
-    if (!consume('{')) return false;
-    if (consume('}')) return true;
-    do {
+    return sequence('{', '}', [&] {
       const auto key = string();
-      if (!key || !consume(':') || !member(*key)) return false;
-    } while (consume(','));
-    return consume('}');
+      return key && consume(':') && member(*key);
+    });
   }
 
   // Reads `[]` or `[n, ...]` of unsigned integers, calling add(n) for each.
   template <class Add>
   bool numbers(Add add) {
-    if (!consume('[')) return false;
-    if (consume(']')) return true;
-    do {
+    return sequence('[', ']', [&] {
       const auto value = number();
-      if (!value) return false;
-      add(*value);
-    } while (consume(','));
-    return consume(']');
+      if (value) add(*value);
+      return value.has_value();
+    });
   }
 
  private:
+  // open, then nothing or element()s separated by commas, then close.
+  template <class Element>
+  bool sequence(char open, char close, Element element) {
+    if (!consume(open)) return false;
+    if (consume(close)) return true;
+    do {
+      if (!element()) return false;
+    } while (consume(','));
+    return consume(close);
+  }
   void skip_whitespace();
   std::string_view text_;
   size_t at_ = 0;
