@@ -50,6 +50,17 @@ bool tensors_unique(const ShardIndex& index) {
   return true;
 }
 
+// A JSON string literal (quoted, escaped as dump() escapes it; IoError on invalid UTF-8).
+std::string quoted(const std::string& text, const std::filesystem::path& index_file) {
+  try {
+    return quote_json(text);
+  } catch (const Json::type_error& e) {
+    throw IoError(fmt::format("{}: cannot write '{}': {}", index_file.string(), text, e.what()));
+  }
+}
+
+} // namespace
+
 // The usual shape, {"metadata": {...}, "weight_map": {tensor: shard}} in either order, as
 // plain JSON; nullopt for anything else.
 std::optional<ShardIndex> read_simple_index(std::string_view text) {
@@ -98,17 +109,6 @@ ShardIndex read_index_dom(std::string_view text, const std::filesystem::path& in
   }
   return index;
 }
-
-// A JSON string literal (quoted, escaped as dump() escapes it; IoError on invalid UTF-8).
-std::string quoted(const std::string& text, const std::filesystem::path& index_file) {
-  try {
-    return quote_json(text);
-  } catch (const Json::type_error& e) {
-    throw IoError(fmt::format("{}: cannot write '{}': {}", index_file.string(), text, e.what()));
-  }
-}
-
-} // namespace
 
 std::vector<std::string> ShardIndex::shard_files() const {
   std::vector<std::string> files;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -38,6 +39,12 @@ void check_shard_name(std::string_view shard, const std::filesystem::path& index
 // metadata, a weight map of strings) is read from the JSON parser's events: a DOM of 100K
 // entries costs several times the parse.
 ShardIndex read_index(const std::filesystem::path& index_file);
+// The two readings of an index's text that read_index chooses between (both before the
+// shard names are checked), apart for the fuzzer: the plain-JSON one, nullopt unless the
+// text has the usual shape, and the strict DOM one, which throws IoError naming the file.
+std::optional<ShardIndex> read_simple_index(std::string_view text);
+ShardIndex read_index_dom(std::string_view text, const std::filesystem::path& index_file);
+
 // Throws "missing shard" (naming index, tensor and shard) when a referenced file is absent.
 void validate_shards(const std::filesystem::path& index_file, const ShardIndex& index);
 // read_index + validate_shards: what a loader of a source checkpoint wants.

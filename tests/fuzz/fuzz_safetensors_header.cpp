@@ -1,4 +1,4 @@
-// libFuzzer target for the one entry point of untrusted safetensors headers.
+// libFuzzer target for the entry points of untrusted safetensors headers (and shard indexes).
 // 1. The input is a whole file: 8-byte length, header, buffer. parse_header must either
 //    throw IoError or return tensors that tile the buffer exactly; an accepted header is
 //    then re-planned by the Writer and must parse back to the same tensors (round trip).
@@ -6,6 +6,7 @@
 //    and its header must parse back to exactly the planned layout.
 // 3. Whatever header the simple (DOM-free) parse accepts, the strict DOM parse must accept
 //    too and read as the same tensors and metadata: the simple parse may only decline.
+// 4. The same for the same bytes read as a shard index (model.safetensors.index.json).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "pipeline/io/index.h"
 #include "pipeline/io/safetensors.h"
 #include "pipeline/io/simple_header.h"
 #include "pipeline/io/strict_json.h"
@@ -119,6 +121,18 @@ void fuzz_simple_agrees(const uint8_t* data, size_t size) {
   if (next_tensor != simple->tensors.size()) std::abort();
 }
 
+void fuzz_simple_index_agrees(const uint8_t* data, size_t size) {
+  if (size < 8) return;
+  const std::string_view text(reinterpret_cast<const char*>(data + 8), size - 8);
+  const auto simple = read_simple_index(text);
+  if (!simple) return;
+  try {
+    if (!(read_index_dom(text, "fuzz") == *simple)) std::abort();
+  } catch (const IoError&) {
+    std::abort(); // the simple reading accepted what the strict one refuses
+  }
+}
+
 void fuzz_planned_specs(const uint8_t* data, size_t size) {
   FuzzedDataProvider input(data, size);
   std::vector<TensorSpec> specs;
@@ -143,5 +157,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz_raw_file(data, size);
   fuzz_planned_specs(data, size);
   fuzz_simple_agrees(data, size);
+  fuzz_simple_index_agrees(data, size);
   return 0;
 }

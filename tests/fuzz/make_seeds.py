@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the tracked seed files of tests/fuzz/corpus: a few valid shards and one of each
-malformed kind the parser must refuse (docs/formats.md "Untrusted input")."""
+malformed kind the parser must refuse (docs/formats.md "Untrusted input"), and two shard
+indexes behind a length field."""
 import json
 import pathlib
 import struct
@@ -35,6 +36,11 @@ def main():
         "bad_metadata": shard(json.dumps({"__metadata__": {"k": 1}}), 0),
         # found by the fuzzer: a number past double range threw an unhandled JSON exception
         "number_out_of_range": shard('{"a":{"dtype":"U8","shape":[999e999999],"data_offsets":[0,1]}}', 1),
+        # shard indexes (the text after the length field is read as one, too)
+        "index_valid": shard(json.dumps({"metadata": {"total_size": 18, "format": "pt"},
+                                         "weight_map": {"w": "model-00001-of-00002.safetensors",
+                                                        "s": "model-00002-of-00002.safetensors"}}, indent=2), 0),
+        "index_nested": shard(json.dumps({"weight_map": {"w": "a.safetensors"}, "metadata": {"n": {"k": [1]}}}), 0),
     }
     for name, data in seeds.items():
         (CORPUS / name).write_bytes(data)

@@ -198,6 +198,9 @@ TEST(IoIndex, ReadsEveryShapeToTheSameIndex) {
   expected.extra_metadata["format"] = "pt";
   expected.extra_metadata["n"] = 3;
   expected.weight_map = {{"b", "s2.safetensors"}, {"a", "s1.safetensors"}};
+  EXPECT_TRUE(read_simple_index(test::read_text(dir / "usual.json")).has_value());
+  EXPECT_TRUE(read_simple_index(test::read_text(dir / "swapped.json")).has_value());
+  EXPECT_FALSE(read_simple_index(test::read_text(dir / "unusual.json")).has_value());
   for (const char* file : {"usual.json", "swapped.json", "unusual.json"}) {
     const ShardIndex index = read_index(dir / file);
     EXPECT_EQ(index.total_size, expected.total_size) << file;
@@ -208,6 +211,7 @@ TEST(IoIndex, ReadsEveryShapeToTheSameIndex) {
   }
   // A negative or nested metadata value leaves the usual shape; the strict path keeps it.
   test::write_text(dir / "negative.json", R"({"metadata": {"total_size": 7, "n": -1.5}, )" + map + "}");
+  EXPECT_FALSE(read_simple_index(test::read_text(dir / "negative.json")).has_value());
   EXPECT_EQ(read_index(dir / "negative.json").extra_metadata.value("n", 0.0), -1.5);
   test::write_text(dir / "nested.json", R"({"metadata": {"total_size": 7, "nested": {"k": [1, 2]}}, )" + map + "}");
   EXPECT_EQ(read_index(dir / "nested.json").extra_metadata["nested"]["k"][1], 2);
