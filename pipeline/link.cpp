@@ -16,6 +16,12 @@ void check_mpi(int code, const char* call) {
   throw PipelineError(fmt::format("rank {}: {} failed: {}", rank, call, std::string(text, size_t(length))));
 }
 
+void check_whole_records(size_t bytes, size_t record_size, std::string_view what) {
+  if (bytes % record_size != 0) {
+    throw PipelineError(fmt::format("a {} message of {} bytes is not a whole number of {}-byte records", what, bytes, record_size));
+  }
+}
+
 Link::Link() {
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");

@@ -11,6 +11,7 @@
 #include <list>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -78,6 +79,26 @@ Header decode(const std::vector<uint8_t>& bytes) {
   Header header;
   std::memcpy(&header, bytes.data(), sizeof(Header));
   return header;
+}
+
+// A list of plain records as message bytes, back to back (assign: the items in the order
+// they were taken, none meaning "nothing yet, ask later"; chunk_done: the chunks one
+// fsync made durable). decode_array throws PipelineError unless the bytes are whole records.
+template <class Record>
+std::vector<uint8_t> encode_array(const std::vector<Record>& records) {
+  static_assert(std::is_trivially_copyable_v<Record>);
+  std::vector<uint8_t> bytes(records.size() * sizeof(Record));
+  if (!records.empty()) std::memcpy(bytes.data(), records.data(), bytes.size());
+  return bytes;
+}
+void check_whole_records(size_t bytes, size_t record_size, std::string_view what);
+template <class Record>
+std::vector<Record> decode_array(std::span<const uint8_t> bytes, std::string_view what) {
+  static_assert(std::is_trivially_copyable_v<Record>);
+  check_whole_records(bytes.size(), sizeof(Record), what);
+  std::vector<Record> records(bytes.size() / sizeof(Record));
+  if (!records.empty()) std::memcpy(records.data(), bytes.data(), bytes.size());
+  return records;
 }
 
 inline std::span<const uint8_t> payload(const std::vector<uint8_t>& bytes, size_t header_size) {

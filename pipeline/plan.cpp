@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
 #include <string_view>
 #include <unordered_set>
 
@@ -22,11 +21,10 @@ namespace {
 constexpr const char* kHfQuantConfigFile = "hf_quant_config.json";
 
 // The shards named by the index, in file-name order.
-// The shards an index names, sorted.
 std::vector<std::string> shard_files(const io::ShardIndex& index) {
-  std::set<std::string_view> files;
-  for (const auto& [name, file] : index.weight_map) files.insert(file);
-  return {files.begin(), files.end()};
+  std::vector<std::string> files = index.shard_files();
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 RecipeParams recipe_params(const Job& job) {
@@ -86,6 +84,17 @@ void plan_shards(Plan& plan, int ranks) {
     std::vector<io::TensorSpec> specs;
     for (const auto& entry : shard.entries) specs.push_back(entry.spec);
     shard.layout = io::Writer::plan(specs, shard.metadata);
+  }
+}
+
+// Each task input's reader and header entry, found by name once here (no chunk looks it up).
+void plan_task_inputs(Plan& plan) {
+  for (const auto& task : plan.tasks()) {
+    auto& sources = plan.task_sources.emplace_back();
+    for (const auto& input : task.inputs) {
+      const io::Reader& reader = plan.source_readers->get(plan.shards[plan.source.at(input).shard].file);
+      sources.push_back({&reader, &reader.tensor(input)});
+    }
   }
 }
 
@@ -197,16 +206,10 @@ Plan make_plan(const Job& job, int ranks) {
     plan.shards.push_back(std::move(shard));
   }
   plan_shards(plan, ranks);
+  plan_task_inputs(plan);
   plan_task_outputs(plan);
   plan.group_tasks.resize(plan.recipe_plan.groups);
   for (size_t t = 0; t < plan.tasks().size(); ++t) plan.group_tasks.at(plan.tasks()[t].group).push_back(t);
-  for (const auto& task : plan.tasks()) {
-    auto& sources = plan.task_sources.emplace_back();
-    for (const auto& input : task.inputs) {
-      const io::Reader& reader = source_readers.get(plan.shards[plan.source.at(input).shard].file);
-      sources.push_back({&reader, &reader.tensor(input)});
-    }
-  }
   plan.other_files = unlisted_files(plan);
   plan.fingerprint = make_fingerprint(plan, source_readers);
   return plan;

@@ -1,17 +1,8 @@
 #include "pipeline/work.h"
 
-#include <fmt/format.h>
-
-#include "pipeline/pipeline_error.h"
 #include "pipeline/plan.h"
 
 namespace shardq {
-
-void check_whole_records(size_t bytes, size_t record_size, std::string_view what) {
-  if (bytes % record_size != 0) {
-    throw PipelineError(fmt::format("a {} message of {} bytes is not a whole number of {}-byte records", what, bytes, record_size));
-  }
-}
 
 uint64_t item_source_bytes(const Plan& plan, const WorkItem& item) {
   if (item.kind != WorkKind::reduce && item.kind != WorkKind::encode) return 0;

@@ -2,9 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
-#include <string_view>
-#include <type_traits>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -34,26 +31,6 @@ struct WorkRequest {
   int32_t items = 0;
   uint64_t bytes = 0;
 };
-
-// A list of plain records as message bytes, back to back (assign: the items in the order
-// they were taken, none meaning "nothing yet, ask later"; chunk_done: the chunks one
-// fsync made durable). decode_array throws PipelineError unless the bytes are whole records.
-template <class Record>
-std::vector<uint8_t> encode_array(const std::vector<Record>& records) {
-  static_assert(std::is_trivially_copyable_v<Record>);
-  std::vector<uint8_t> bytes(records.size() * sizeof(Record));
-  if (!records.empty()) std::memcpy(bytes.data(), records.data(), bytes.size());
-  return bytes;
-}
-void check_whole_records(size_t bytes, size_t record_size, std::string_view what);
-template <class Record>
-std::vector<Record> decode_array(std::span<const uint8_t> bytes, std::string_view what) {
-  static_assert(std::is_trivially_copyable_v<Record>);
-  check_whole_records(bytes.size(), sizeof(Record), what);
-  std::vector<Record> records(bytes.size() / sizeof(Record));
-  if (!records.empty()) std::memcpy(records.data(), bytes.data(), bytes.size());
-  return records;
-}
 
 // A rank as rank 0 knows it (gathered once at start).
 struct RankInfo {

@@ -8,9 +8,6 @@
 
 namespace shardq::io {
 
-namespace {
-}
-
 nlohmann::ordered_json read_json_object(const std::filesystem::path& path) {
   const std::string label = path.string();
   const std::string text = read_file_bounded(path, kMaxJsonFileBytes);
