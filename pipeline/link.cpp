@@ -1,6 +1,9 @@
 #include "pipeline/link.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "pipeline/pipeline_error.h"
 
@@ -22,9 +25,44 @@ void check_whole_records(size_t bytes, size_t record_size, std::string_view what
   }
 }
 
+bool launched_by_mpi() {
+  for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
+    if (std::getenv(variable)) return true;
+  }
+  return false;
+}
+
 Link::Link() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  mpi_ = initialized != 0;
+  if (!mpi_) return;
   check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+}
+
+int Link::broadcast(int value) const {
+  if (mpi_) check_mpi(MPI_Bcast(&value, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  return value;
+}
+
+void Link::gather_bytes(const void* mine, size_t size, void* all) const {
+  if (!mpi_) {
+    std::memcpy(all, mine, size);
+    return;
+  }
+  check_mpi(MPI_Gather(mine, int(size), MPI_BYTE, all, int(size), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Gather");
+}
+
+std::string Link::host_name() const {
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  if (mpi_) {
+    check_mpi(MPI_Get_processor_name(host, &length), "MPI_Get_processor_name");
+    return std::string(host, size_t(length));
+  }
+  if (gethostname(host, sizeof host - 1) != 0) throw PipelineError("gethostname failed");
+  return host;
 }
 
 void Link::send(int dest, Tag tag, std::vector<uint8_t> bytes) {
@@ -45,7 +83,7 @@ void Link::send_all(Tag tag, const std::vector<uint8_t>& bytes) {
 // Posts a receive for every message that has arrived (a matched probe takes it off the
 // queue, so no later probe sees it again).
 void Link::start_receives() {
-  while (true) {
+  while (mpi_) {
     int flag = 0;
     MPI_Message handle;
     MPI_Status status;

@@ -1,5 +1,7 @@
 // Messages between ranks: MPI point-to-point for other ranks, an in-process inbox for
-// messages a rank sends to itself. Only the main thread of a rank uses a Link
+// messages a rank sends to itself. A process no launcher started (no mpirun, srun or
+// other PMI launcher in its environment) runs as the only rank without MPI at all:
+// MPI_Init alone would fork an Open MPI daemon (~0.4 s) to learn that the world is one. Only the main thread of a rank uses a Link
 // (MPI_THREAD_FUNNELED); sends and receives are non-blocking, so two ranks sending each
 // other large chunks never deadlock, and a rank never spins inside MPI while a large
 // message (a layer's factors, ~25 MB) trickles in at the pace of the sender's progress.
@@ -11,6 +13,7 @@
 #include <list>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -105,11 +108,20 @@ inline std::span<const uint8_t> payload(const std::vector<uint8_t>& bytes, size_
   return std::span<const uint8_t>(bytes).subspan(header_size);
 }
 
+// Whether a launcher started this process (mpirun, srun --mpi=pmix, a PMI launcher): only
+// then does `run` initialize MPI.
+bool launched_by_mpi();
+
 class Link {
  public:
-  Link();
+  Link(); // MPI's world when MPI is initialized, else a world of one
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // `value` as rank 0 has it, on every rank.
+  int broadcast(int value) const;
+  // Every rank's record on rank 0 (in rank order); the other ranks get none.
+  template <class Record> std::vector<Record> gather(const Record& mine) const;
+  std::string host_name() const; // this rank's processor name
 
   void send(int dest, Tag tag, std::vector<uint8_t> bytes);
   void send_all(Tag tag, const std::vector<uint8_t>& bytes); // every rank, self included
@@ -129,6 +141,8 @@ class Link {
     Message message;
   };
   void start_receives();
+  void gather_bytes(const void* mine, size_t size, void* all) const;
+  bool mpi_ = false; // MPI initialized (launched), else the only rank
   int rank_ = 0, size_ = 1;
   std::deque<Message> inbox_;
   std::list<PendingSend> pending_;
@@ -137,5 +151,12 @@ class Link {
 
 // MPI failures: the call, the rank and the code's text.
 void check_mpi(int code, const char* call);
+
+template <class Record> std::vector<Record> Link::gather(const Record& mine) const {
+  static_assert(std::is_trivially_copyable_v<Record>);
+  std::vector<Record> all(rank_ == 0 ? size_t(size_) : 0);
+  gather_bytes(&mine, sizeof(Record), all.data());
+  return all;
+}
 
 } // namespace shardq

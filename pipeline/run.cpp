@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -199,17 +200,14 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
 // Rank 0 gets every rank's host name and thread count; the others an empty list.
 std::vector<RankInfo> gather_rank_info(const Link& link, int threads) {
   struct Entry {
-    char host[MPI_MAX_PROCESSOR_NAME] = {};
+    char host[256] = {};
     int threads = 0;
   } mine;
-  int length = 0;
-  check_mpi(MPI_Get_processor_name(mine.host, &length), "MPI_Get_processor_name");
+  const std::string host = link.host_name();
+  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
   mine.threads = threads;
-  std::vector<Entry> all(size_t(link.rank() == 0 ? link.size() : 0));
-  check_mpi(MPI_Gather(&mine, sizeof(Entry), MPI_BYTE, all.data(), sizeof(Entry), MPI_BYTE, 0, MPI_COMM_WORLD),
-            "MPI_Gather");
   std::vector<RankInfo> ranks;
-  for (const auto& entry : all) ranks.push_back({std::string(entry.host), entry.threads});
+  for (const auto& entry : link.gather(mine)) ranks.push_back({std::string(entry.host), entry.threads});
   return ranks;
 }
 
@@ -332,8 +330,11 @@ int run_job(const RunArgs& args) {
   spdlog::set_pattern(fmt::format("[%H:%M:%S.%e] [rank {}] [%l] %v", link.rank()));
   if (const char* level = std::getenv("SHARDQ_LOG")) spdlog::set_level(spdlog::level::from_str(level));
 
+  const auto started = std::chrono::steady_clock::now();
+  const auto seconds_since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
   const Job job = job_from_args(args);
   const Plan plan = make_plan(job, link.size());
+  spdlog::debug("planned in {:.3f} s", seconds_since_start());
   const std::filesystem::path checkpoint_path = job.checkpoint_path();
   OutputFiles outputs(plan, link.rank(), job.write_mode == "direct");
 
@@ -353,7 +354,8 @@ int run_job(const RunArgs& args) {
       setup_error = e.what();
     }
   }
-  check_mpi(MPI_Bcast(&setup, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  setup = link.broadcast(setup);
+  spdlog::debug("outputs and checkpoint prepared at {:.3f} s", seconds_since_start());
   if (setup == kSetupComplete) return kExitOk;
   if (setup == kSetupFailed) {
     if (link.rank() == 0) throw PipelineError(setup_error);
@@ -369,6 +371,7 @@ int run_job(const RunArgs& args) {
   std::unique_ptr<Coordinator> coordinator;
   if (link.rank() == 0) {
     coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path, std::move(ranks));
+    spdlog::debug("first checkpoint saved at {:.3f} s", seconds_since_start());
   }
   RankLoop loop{plan, link, outputs, worker, coordinator.get()};
   return loop.run();
