@@ -66,7 +66,7 @@ std::vector<std::pair<std::string, std::string>> make_fingerprint(const Plan& pl
 
 // Output layout of the changed shards, their writers, and the tasks' shards.
 void plan_shards(Plan& plan, int ranks) {
-  for (auto& [shard, entries] : plan.recipe_plan.shards) {
+  for (const auto& [shard, entries] : plan.recipe_plan.shards) {
     plan.shards[shard].changed = true;
     plan.shards[shard].entries = entries;
   }
@@ -82,8 +82,9 @@ void plan_shards(Plan& plan, int ranks) {
     if (!shard.changed) continue;
     shard.owner = next_owner++ % ranks;
     std::vector<io::TensorSpec> specs;
+    specs.reserve(shard.entries.size());
     for (const auto& entry : shard.entries) specs.push_back(entry.spec);
-    shard.layout = io::Writer::plan(specs, shard.metadata);
+    shard.layout = io::Writer::plan(std::move(specs), shard.metadata);
   }
 }
 
@@ -100,20 +101,15 @@ void plan_task_inputs(Plan& plan) {
 
 // Each task output's offset in its shard, found by name once here (no chunk looks it up).
 void plan_task_outputs(Plan& plan) {
-  std::vector<std::unordered_map<std::string_view, uint64_t>> offsets(plan.shards.size());
-  for (size_t s = 0; s < plan.shards.size(); ++s) {
-    offsets[s].reserve(plan.shards[s].layout.tensors.size());
-    for (const auto& tensor : plan.shards[s].layout.tensors) offsets[s].emplace(tensor.name, tensor.begin);
-  }
   for (const auto& task : plan.tasks()) {
     auto& task_offsets = plan.task_output_offsets.emplace_back();
+    const ShardPlan& shard = plan.shards[task.shard];
     for (const auto& output : task.outputs) {
-      const auto it = offsets[task.shard].find(output.name);
-      if (it == offsets[task.shard].end()) {
-        throw PipelineError(fmt::format("{}: task {} writes '{}', which the shard does not plan", plan.shards[task.shard].file,
-                                        task.name, output.name));
+      const io::TensorInfo* planned = shard.layout.find(output.name);
+      if (!planned) {
+        throw PipelineError(fmt::format("{}: task {} writes '{}', which the shard does not plan", shard.file, task.name, output.name));
       }
-      task_offsets.push_back(it->second);
+      task_offsets.push_back(planned->begin);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -28,7 +29,7 @@ struct ShardPlan {
   std::string file;                   // same name in src and dst
   bool changed = false;               // the recipe rewrites it; otherwise hard-linked
   int owner = 0;                      // rank that writes it (write_mode owner)
-  std::vector<ShardEntry> entries;    // output tensors in order, and where each comes from
+  std::span<const ShardEntry> entries; // output tensors in order, and where each comes from (the recipe plan's)
   std::vector<size_t> tasks;          // tasks writing rows into it
   io::FileLayout layout;              // planned offsets (tensors parallel to entries) and header
   std::map<std::string, std::string> metadata; // the source shard's __metadata__
@@ -40,7 +41,14 @@ struct InputSource {
   const io::TensorInfo* tensor = nullptr;
 };
 
+// Move-only: shards view the recipe plan's entries, which a move keeps in place.
 struct Plan {
+  Plan() = default;
+  Plan(Plan&&) = default;
+  Plan& operator=(Plan&&) = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
   Job job;
   RecipeParams params;
   std::shared_ptr<const Recipe> recipe;

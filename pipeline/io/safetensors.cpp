@@ -10,8 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <iterator>
-#include <unordered_set>
+#include <charconv>
 #include <utility>
 
 #include "pipeline/io/direct_writer.h"
@@ -162,11 +161,25 @@ std::string header_json(const std::vector<TensorInfo>& tensors, const std::map<s
   std::string text = "{";
   try {
     if (!metadata.empty()) text += "\"__metadata__\":" + Json(metadata).dump();
+    const auto append_number = [&text](uint64_t value) {
+      char digits[20];
+      text.append(digits, std::to_chars(digits, digits + sizeof digits, value).ptr);
+    };
     for (const TensorInfo& t : tensors) {
       if (text.size() > 1) text += ',';
       text += quote_json(t.name); // escaped; throws type_error on invalid UTF-8
-      fmt::format_to(std::back_inserter(text), ":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                     dtype_name(t.dtype), fmt::join(t.shape, ","), t.begin, t.end);
+      text += ":{\"dtype\":\"";
+      text += dtype_name(t.dtype);
+      text += "\",\"shape\":[";
+      for (size_t d = 0; d < t.shape.size(); ++d) {
+        if (d) text += ',';
+        append_number(t.shape[d]);
+      }
+      text += "],\"data_offsets\":[";
+      append_number(t.begin);
+      text += ',';
+      append_number(t.end);
+      text += "]}";
     }
   } catch (const Json::type_error& e) {
     throw IoError(fmt::format("cannot plan header: {}", e.what()));
@@ -245,7 +258,7 @@ Reader::Reader(const std::filesystem::path& path) : path_(path) {
     pread_full(fd_, reinterpret_cast<uint8_t*>(header.data()), header_length, 8, label);
     tensors_ = parse_header(header, header_length, file_size_, label, &metadata_);
     data_offset_ = 8 + header_length;
-    for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
+    by_name_.build(tensors_.size(), [&](size_t i) -> std::string_view { return tensors_[i].name; });
   } catch (...) {
     ::close(fd_);
     throw;
@@ -257,8 +270,8 @@ Reader::~Reader() {
 }
 
 const TensorInfo* Reader::find(std::string_view name) const {
-  const auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+  const auto at = by_name_.find(name, [&](size_t i) -> std::string_view { return tensors_[i].name; });
+  return at ? &tensors_[*at] : nullptr;
 }
 
 const TensorInfo& Reader::tensor(std::string_view name) const {
@@ -298,60 +311,62 @@ void Reader::read_bytes(uint64_t buffer_offset, std::span<uint8_t> out) const {
 
 // ------------------------------------------------------------------------- Writer
 
-FileLayout Writer::plan(const std::vector<TensorSpec>& specs, const std::map<std::string, std::string>& metadata) {
-  std::vector<TensorInfo> tensors;
-  std::unordered_set<std::string_view> names;
-  uint64_t offset = 0;
-  for (const TensorSpec& spec : specs) {
-    const auto refuse = [&](std::string_view why) {
-      return IoError(fmt::format("cannot plan tensor '{}' {} {}: {}", spec.name, dtype_name(spec.dtype), shape_text(spec.shape), why));
-    };
-    if (spec.name.empty() || spec.name == "__metadata__") throw refuse("reserved or empty name");
-    if (!names.insert(spec.name).second) throw refuse("the name appears twice");
-    const auto numel = checked_product(spec.shape);
-    const auto bytes = numel ? checked_bytes(*numel, dtype_bits(spec.dtype)) : std::nullopt;
-    uint64_t end = 0;
-    if (!bytes || __builtin_add_overflow(offset, *bytes, &end)) throw refuse("size overflows or is not whole bytes");
-    tensors.push_back(TensorInfo{spec.name, spec.dtype, spec.shape, offset, end});
-    offset = end;
-  }
-  std::string text = header_json(tensors, metadata);
-  // Pad with spaces so the data buffer starts on a page: row chunks then align too.
-  const uint64_t unpadded = 8 + text.size();
-  const uint64_t padded = (unpadded + kAlignment - 1) / kAlignment * kAlignment;
-  text.append(padded - unpadded, ' ');
-  if (offset > uint64_t(INT64_MAX) - padded) throw IoError(fmt::format("cannot plan {} bytes of tensors: the file size overflows off_t", offset));
-  return {std::move(tensors), padded, std::move(text)};
+const TensorInfo* FileLayout::find(std::string_view name) const {
+  const auto at = by_name.find(name, [&](size_t i) -> std::string_view { return tensors[i].name; });
+  return at ? &tensors[*at] : nullptr;
 }
 
-Writer::Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> specs, std::map<std::string, std::string> metadata)
-    : Writer(final_path, plan(specs, metadata)) {}
+FileLayout Writer::plan(std::vector<TensorSpec> specs, const std::map<std::string, std::string>& metadata) {
+  const auto refuse = [](const TensorInfo& t, std::string_view why) {
+    return IoError(fmt::format("cannot plan tensor '{}' {} {}: {}", t.name, dtype_name(t.dtype), shape_text(t.shape), why));
+  };
+  FileLayout layout;
+  layout.tensors.reserve(specs.size());
+  uint64_t offset = 0;
+  for (TensorSpec& spec : specs) {
+    TensorInfo& t = layout.tensors.emplace_back(TensorInfo{std::move(spec.name), spec.dtype, std::move(spec.shape), offset, 0});
+    if (t.name.empty() || t.name == "__metadata__") throw refuse(t, "reserved or empty name");
+    const auto numel = checked_product(t.shape);
+    const auto bytes = numel ? checked_bytes(*numel, dtype_bits(t.dtype)) : std::nullopt;
+    if (!bytes || __builtin_add_overflow(offset, *bytes, &t.end)) throw refuse(t, "size overflows or is not whole bytes");
+    offset = t.end;
+  }
+  const auto repeated = layout.by_name.build(layout.tensors.size(), [&](size_t i) -> std::string_view { return layout.tensors[i].name; });
+  if (!repeated.empty()) throw refuse(layout.tensors[repeated.front()], "the name appears twice");
+  layout.header = header_json(layout.tensors, metadata);
+  // Pad with spaces so the data buffer starts on a page: row chunks then align too.
+  const uint64_t unpadded = 8 + layout.header.size();
+  layout.data_offset = (unpadded + kAlignment - 1) / kAlignment * kAlignment;
+  layout.header.append(layout.data_offset - unpadded, ' ');
+  if (offset > uint64_t(INT64_MAX) - layout.data_offset) {
+    throw IoError(fmt::format("cannot plan {} bytes of tensors: the file size overflows off_t", offset));
+  }
+  return layout;
+}
+
+Writer::Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> specs, const std::map<std::string, std::string>& metadata)
+    : Writer(final_path, plan(std::move(specs), metadata)) {}
 
 Writer::Writer(const std::filesystem::path& final_path, FileLayout layout)
-    : final_path_(final_path), partial_path_(final_path.string() + ".partial"), tensors_(std::move(layout.tensors)),
-      header_(std::move(layout.header)), data_offset_(layout.data_offset) {}
+    : final_path_(final_path), partial_path_(final_path.string() + ".partial"), layout_(std::move(layout)) {}
 
 Writer::Writer(Writer&& other) noexcept
     : final_path_(std::move(other.final_path_)), partial_path_(std::move(other.partial_path_)),
-      tensors_(std::move(other.tensors_)), by_name_(std::move(other.by_name_)), header_(std::move(other.header_)),
-      data_offset_(other.data_offset_), fd_(std::exchange(other.fd_, -1)), direct_(std::move(other.direct_)) {}
+      layout_(std::move(other.layout_)), fd_(std::exchange(other.fd_, -1)), direct_(std::move(other.direct_)) {}
 
 Writer::~Writer() {
   if (fd_ >= 0) ::close(fd_);
 }
 
 const TensorInfo& Writer::tensor(std::string_view name) const {
-  if (by_name_.empty()) {
-    for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
-  }
-  const auto it = by_name_.find(name);
-  if (it == by_name_.end()) throw IoError(fmt::format("{}: no tensor '{}' planned", final_path_.string(), name));
-  return tensors_[it->second];
+  const TensorInfo* found = layout_.find(name);
+  if (!found) throw IoError(fmt::format("{}: no tensor '{}' planned", final_path_.string(), name));
+  return *found;
 }
 
-uint64_t Writer::buffer_size() const { return tensors_.empty() ? 0 : tensors_.back().end; }
+uint64_t Writer::buffer_size() const { return layout_.tensors.empty() ? 0 : layout_.tensors.back().end; }
 
-uint64_t Writer::file_size() const { return data_offset_ + buffer_size(); }
+uint64_t Writer::file_size() const { return layout_.data_offset + buffer_size(); }
 
 void Writer::reserve_space() {
   const std::string label = partial_path_.string();
@@ -389,9 +404,9 @@ void Writer::open(bool resume) {
     reserve_space();
   }
   std::string prefix(8, '\0');
-  const uint64_t header_length = header_.size();
+  const uint64_t header_length = layout_.header.size();
   for (size_t i = 0; i < 8; ++i) prefix[i] = char(uint8_t(header_length >> (8 * i)));
-  prefix += header_;
+  prefix += layout_.header;
   pwrite_full(fd_, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size(), 0, label);
   direct_ = std::make_unique<DirectWriter>(partial_path_);
 }
@@ -416,7 +431,7 @@ void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes)
   if (buffer_offset > buffer_size() || bytes.size() > buffer_size() - buffer_offset) {
     throw IoError(fmt::format("{}: bytes [{}, {}) outside the {}-byte data buffer", label, buffer_offset, buffer_offset + bytes.size(), buffer_size()));
   }
-  const uint64_t offset = data_offset_ + buffer_offset;
+  const uint64_t offset = layout_.data_offset + buffer_offset;
   const DirectWriter::Range pages = direct_->pages_inside(offset, bytes.size());
   if (pages.empty() || !direct_->write(bytes, offset, pages)) {
     pwrite_full(fd_, bytes.data(), bytes.size(), offset, label);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pipeline/io/io_error.h"
+#include "stages/name_index.h"
 #include "stages/tensor.h"
 
 namespace shardq::io {
@@ -64,7 +65,7 @@ class Reader {
   uint64_t file_size_ = 0;
   uint64_t data_offset_ = 0;
   std::vector<TensorInfo> tensors_;
-  std::map<std::string, size_t, std::less<>> by_name_; // index into tensors_
+  NameIndex by_name_; // into tensors_
   std::map<std::string, std::string> metadata_;
 };
 
@@ -81,6 +82,9 @@ struct FileLayout {
   std::vector<TensorInfo> tensors;
   uint64_t data_offset = 0;
   std::string header;
+  NameIndex by_name; // into tensors
+
+  const TensorInfo* find(std::string_view name) const;
 };
 
 // The whole layout is planned up front from (name, dtype, shape) in order; the header is
@@ -93,7 +97,7 @@ class Writer {
   static constexpr uint64_t kAlignment = 4096;
 
   Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> specs,
-         std::map<std::string, std::string> metadata = {});
+         const std::map<std::string, std::string>& metadata = {});
   // A layout planned earlier (by plan()): a job plans every shard up front and keeps it.
   Writer(const std::filesystem::path& final_path, FileLayout layout);
   ~Writer(); // closes; an unfinished .partial stays for resume, never renamed
@@ -102,12 +106,12 @@ class Writer {
   Writer& operator=(const Writer&) = delete;
 
   // Plans the layout without touching the disk (sizes, offsets, header bytes).
-  static FileLayout plan(const std::vector<TensorSpec>& specs, const std::map<std::string, std::string>& metadata);
+  static FileLayout plan(std::vector<TensorSpec> specs, const std::map<std::string, std::string>& metadata);
 
   const std::filesystem::path& partial_path() const { return partial_path_; }
-  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const std::vector<TensorInfo>& tensors() const { return layout_.tensors; }
   const TensorInfo& tensor(std::string_view name) const;
-  uint64_t data_offset() const { return data_offset_; }
+  uint64_t data_offset() const { return layout_.data_offset; }
   uint64_t file_size() const;
   uint64_t buffer_size() const; // bytes of the data buffer (sum of tensor bytes)
 
@@ -125,12 +129,7 @@ class Writer {
 
   std::filesystem::path final_path_;
   std::filesystem::path partial_path_;
-  std::vector<TensorInfo> tensors_;
-  // Built by the first tensor() call (the engine writes by planned offsets and never
-  // asks): not for concurrent use.
-  mutable std::map<std::string, size_t, std::less<>> by_name_; // index into tensors_
-  std::string header_;
-  uint64_t data_offset_ = 0;
+  FileLayout layout_;
   int fd_ = -1;
   std::unique_ptr<DirectWriter> direct_; // the page-aligned middle of large writes
 };

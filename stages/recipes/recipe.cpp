@@ -19,13 +19,12 @@ uint64_t Task::input_row_count(size_t input, uint64_t first, uint64_t count) con
 }
 
 void CheckpointView::index() {
-  by_name_.clear();
-  for (size_t i = 0; i < tensors.size(); ++i) by_name_.emplace(tensors[i].spec.name, i);
+  by_name_.build(tensors.size(), [&](size_t i) -> std::string_view { return tensors[i].spec.name; });
 }
 
 const SourceTensor* CheckpointView::find(std::string_view name) const {
-  const auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : &tensors[it->second];
+  const auto at = by_name_.find(name, [&](size_t i) -> std::string_view { return tensors[i].spec.name; });
+  return at ? &tensors[*at] : nullptr;
 }
 
 const SourceTensor& CheckpointView::at(std::string_view name) const {

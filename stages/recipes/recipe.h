@@ -19,6 +19,7 @@
 
 #include "stages/chunk_stats.h"
 #include "stages/codec.h"
+#include "stages/name_index.h"
 #include "stages/tensor.h"
 
 namespace shardq {
@@ -59,7 +60,7 @@ struct CheckpointView {
   const nlohmann::ordered_json& text_config() const;
 
  private:
-  std::map<std::string, size_t, std::less<>> by_name_;
+  NameIndex by_name_; // into tensors
 };
 
 // Reads a whole small tensor of the reference (an input_scale): the pipeline does the I/O.

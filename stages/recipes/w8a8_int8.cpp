@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <string_view>
-#include <unordered_map>
 
 #include "stages/recipes/engram_tables.h"
 #include "stages/stage_error.h"
@@ -119,24 +119,26 @@ std::string module_kind(const std::string& module) {
 RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   const CheckpointView& source = inputs.source;
   RecipePlan plan;
-  std::unordered_map<std::string_view, size_t> task_of_input; // source tensor (the view's) -> task
+  constexpr size_t kNoTask = SIZE_MAX;
+  std::vector<size_t> task_of_input(source.tensors.size(), kNoTask); // source tensor position -> task
+  const auto position = [&](const SourceTensor& tensor) { return size_t(&tensor - source.tensors.data()); };
   std::set<size_t> shards;
   for (const SourceTensor& tensor : source.tensors) {
     const auto linear = find_linear(source, tensor);
     if (!linear) continue;
     const bool ignored = ignore_matches(linear->module, inputs.params.ignore);
-    for (const SourceTensor* input : {linear->weight, linear->scale}) task_of_input[input->spec.name] = plan.tasks.size();
+    for (const SourceTensor* input : {linear->weight, linear->scale}) task_of_input[position(*input)] = plan.tasks.size();
     plan.tasks.push_back(linear_task(*linear, ignored, inputs.params, plan.tasks.size()));
     shards.insert(tensor.shard);
   }
   plan.groups = plan.tasks.size();
   // weight -> the re-encoded weight; scale -> weight_scale (INT8) or nothing (BF16).
   const auto replace = [&](const SourceTensor& tensor) -> std::optional<std::vector<ShardEntry>> {
-    const auto it = task_of_input.find(tensor.spec.name);
-    if (it == task_of_input.end()) return std::nullopt;
-    const Task& task = plan.tasks[it->second];
-    if (tensor.spec.name == task.inputs[0]) return std::vector<ShardEntry>{task_output_entry(task, it->second, 0)};
-    if (task.outputs.size() == 2) return std::vector<ShardEntry>{task_output_entry(task, it->second, 1)};
+    const size_t task_index = task_of_input[position(tensor)];
+    if (task_index == kNoTask) return std::nullopt;
+    const Task& task = plan.tasks[task_index];
+    if (tensor.spec.name == task.inputs[0]) return std::vector<ShardEntry>{task_output_entry(task, task_index, 0)};
+    if (task.outputs.size() == 2) return std::vector<ShardEntry>{task_output_entry(task, task_index, 1)};
     return std::vector<ShardEntry>{};
   };
   plan_changed_shards(source, shards, replace, plan);

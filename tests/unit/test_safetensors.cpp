@@ -28,8 +28,11 @@ std::vector<TensorSpec> sample_specs() {
 }
 
 TEST(SafetensorsWriter, PlansOffsetsInOrderAndAlignsTheBuffer) {
-  const auto [tensors, data_offset, header] = Writer::plan(sample_specs(), {});
+  const auto layout = Writer::plan(sample_specs(), {});
+  const auto& [tensors, data_offset, header, by_name] = layout;
   ASSERT_EQ(tensors.size(), 4u);
+  for (const auto& t : tensors) EXPECT_EQ(layout.find(t.name), &t) << t.name;
+  EXPECT_EQ(layout.find("e"), nullptr);
   const std::vector<std::pair<uint64_t, uint64_t>> expected = {{0, 48}, {48, 53}, {53, 55}, {55, 61}};
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(tensors[i].begin, expected[i].first) << tensors[i].name;
