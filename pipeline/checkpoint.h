@@ -27,7 +27,7 @@
 namespace shardq {
 
 // 3: tasks x chunks (any recipe), reductions per chunk, factors as named blobs.
-inline constexpr uint32_t kCheckpointFormatVersion = 3;
+inline constexpr uint32_t kCheckpointFormatVersion = 4;
 
 inline constexpr uint8_t kChunkPending = 0;
 inline constexpr uint8_t kChunkDone = 1;

@@ -170,6 +170,12 @@ Hid FileReader::open_attr(hid_t obj, const std::string& name) {
   return attr;
 }
 
+bool FileReader::exists(hid_t parent, const std::string& name) {
+  const htri_t found = H5Lexists(parent, name.c_str(), H5P_DEFAULT);
+  if (found < 0) fail(name, "cannot look up");
+  return found > 0;
+}
+
 Hid FileReader::open_dataset(hid_t parent, const std::string& name) {
   Hid set(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), H5Dclose);
   if (!set.ok()) fail(name, "missing dataset");

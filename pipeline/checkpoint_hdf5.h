@@ -121,6 +121,7 @@ class FileReader {
     return value;
   }
   std::string string_attr(hid_t obj, const std::string& name);
+  bool exists(hid_t parent, const std::string& name); // a link of that name in parent
 
   // A dataset of shape {n, tail...}: checks rank and tail, returns the values and n.
   template <class T>

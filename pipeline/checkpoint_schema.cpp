@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <map>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -39,21 +38,41 @@ constexpr hsize_t field_width(uint64_t) { return 1; }
 constexpr hsize_t field_width(const ExactSum&) { return 2; }
 template <size_t N> constexpr hsize_t field_width(const std::array<uint64_t, N>&) { return N; }
 
+// Calls visit(field_index, name, field...) for each stats field, in for_each_stat order.
+template <class Visit, class... Stats> void for_each_stat_indexed(Visit&& visit, Stats&... stats) {
+  size_t index = 0;
+  for_each_stat([&](const char* name, auto&... fields) { visit(index++, name, fields...); }, stats...);
+}
+
+constexpr size_t stat_fields() {
+  size_t count = 0;
+  ChunkStats stats;
+  for_each_stat([&](const char*, const auto&) { ++count; }, stats);
+  return count;
+}
+
 void write_chunk_stats(hdf5::FileWriter& w, hid_t chunks_group, const std::vector<ChunkRecord>& chunks) {
   Hid group = w.group(chunks_group, "stats");
   w.string_attr(group.get(), "sum_encoding", "*_sq: [high, low] u64 words of a 128-bit integer count of 2^-64");
-  std::map<std::string, std::vector<uint64_t>> columns;
+  const ChunkStats widths;
+  std::vector<std::vector<uint64_t>> columns(stat_fields()); // in for_each_stat order
+  for_each_stat_indexed([&](size_t field, const char*, const auto& width) { columns[field].reserve(chunks.size() * field_width(width)); },
+                        widths);
   for (const auto& c : chunks) {
-    for_each_stat([&](const char* name, const auto& field) {
-      for_each_word(field, [&](uint64_t word) { columns[name].push_back(word); });
-    }, c.stats);
+    for_each_stat_indexed(
+        [&](size_t field, const char*, const auto& value) { for_each_word(value, [&](uint64_t word) { columns[field].push_back(word); }); },
+        c.stats);
   }
   const hsize_t n = chunks.size();
-  const ChunkStats widths;
-  for_each_stat(
-      [&](const char* name, const auto& field) {
-        const hsize_t width = field_width(field);
-        w.dataset(group.get(), name, columns[name], width == 1 ? std::vector<hsize_t>{n} : std::vector<hsize_t>{n, width});
+  for_each_stat_indexed(
+      [&](size_t field, const char* name, const auto& width_of) {
+        // A field no chunk has counted yet (every one at the start; candidate wins of an
+        // INT8 job all run long) is left out and reads as zeros: the first save of a
+        // 50K-chunk plan would otherwise write ~12 MB of zeros.
+        const auto& column = columns[field];
+        if (std::all_of(column.begin(), column.end(), [](uint64_t word) { return word == 0; })) return;
+        const hsize_t width = field_width(width_of);
+        w.dataset(group.get(), name, column, width == 1 ? std::vector<hsize_t>{n} : std::vector<hsize_t>{n, width});
       },
       widths);
 }
@@ -119,22 +138,24 @@ void read_chunk_stats(hdf5::FileReader& r, hid_t chunks_group, std::vector<Chunk
   Hid group = r.group(chunks_group, "stats");
   const size_t n = chunks.size();
   ChunkStats widths;
-  for_each_stat(
-      [&](const char* name, auto& field) {
-        const hsize_t width = field_width(field);
-        hsize_t leading = 0;
-        const auto values = r.dataset<uint64_t>(group.get(), name, width == 1 ? std::vector<hsize_t>{} : std::vector<hsize_t>{width}, &leading);
-        if (leading != n) r.fail(std::string("/chunks/stats/") + name, "expected " + std::to_string(n) + " chunks");
-        size_t at = 0;
-        for (size_t i = 0; i < n; ++i) {
-          for_each_stat([&](const char* other, auto& into) {
-            if constexpr (std::is_same_v<decltype(field), decltype(into)>) {
-              if (other == name) read_words(into, [&] { return values[at++]; });
-            }
-          }, chunks[i].stats);
+  std::vector<std::vector<uint64_t>> columns(stat_fields()); // in for_each_stat order
+  for_each_stat_indexed(
+      [&](size_t field, const char* name, const auto& width_of) {
+        const hsize_t width = field_width(width_of);
+        if (!r.exists(group.get(), name)) { // left out: every word zero
+          columns[field].assign(n * width, 0);
+          return;
         }
+        hsize_t leading = 0;
+        columns[field] = r.dataset<uint64_t>(group.get(), name, width == 1 ? std::vector<hsize_t>{} : std::vector<hsize_t>{width}, &leading);
+        if (leading != n) r.fail(std::string("/chunks/stats/") + name, "expected " + std::to_string(n) + " chunks");
       },
       widths);
+  std::vector<size_t> at(columns.size(), 0);
+  for (auto& chunk : chunks) {
+    for_each_stat_indexed([&](size_t field, const char*, auto& into) { read_words(into, [&] { return columns[field][at[field]++]; }); },
+                          chunk.stats);
+  }
 }
 
 // Splits the concatenated records back into tasks by their per-task counts.

@@ -26,8 +26,8 @@ struct ExactSum {
   void add(double term) { value = saturating_add(value, to_units(term)); }
   void merge(const ExactSum& other) { value = saturating_add(value, other.value); }
   double to_double() const { return value == kSaturated ? HUGE_VAL : double(value) / kUnit; }
-  uint64_t high() const { return uint64_t(value >> 64); }
-  uint64_t low() const { return uint64_t(value); }
+  constexpr uint64_t high() const { return uint64_t(value >> 64); }
+  constexpr uint64_t low() const { return uint64_t(value); }
   static ExactSum from_parts(uint64_t high, uint64_t low) {
     return ExactSum{(static_cast<uint128_t>(high) << 64) | low};
   }
@@ -60,12 +60,12 @@ struct ExactSum {
 // The 64-bit words of a stats field, in the order every serialization uses (checkpoint
 // columns, journal, checksums): a counter is one word, an ExactSum two (high, low), the
 // candidate wins one per candidate.
-template <class Word> void for_each_word(uint64_t v, Word&& word) { word(v); }
-template <class Word> void for_each_word(const ExactSum& sum, Word&& word) {
+template <class Word> constexpr void for_each_word(uint64_t v, Word&& word) { word(v); }
+template <class Word> constexpr void for_each_word(const ExactSum& sum, Word&& word) {
   word(sum.high());
   word(sum.low());
 }
-template <size_t N, class Word> void for_each_word(const std::array<uint64_t, N>& values, Word&& word) {
+template <size_t N, class Word> constexpr void for_each_word(const std::array<uint64_t, N>& values, Word&& word) {
   for (uint64_t v : values) word(v);
 }
 // Reads a field back from its words, next() giving them in that order.
@@ -120,7 +120,7 @@ struct ChunkStats {
 // columns, checksums): visit(name, field...) with the same field of each struct given, a
 // uint64_t counter, the candidate_wins array or an ExactSum.
 template <class Visit, class... Stats>
-void for_each_stat(Visit&& visit, Stats&... s) {
+constexpr void for_each_stat(Visit&& visit, Stats&... s) {
   visit("rows", s.rows...);
   visit("blocks", s.blocks...);
   visit("zero_blocks", s.zero_blocks...);
@@ -132,6 +132,14 @@ void for_each_stat(Visit&& visit, Stats&... s) {
   visit("output_sq", s.output_sq...);
   visit("weighted_error_sq", s.weighted_error_sq...);
   visit("weighted_reference_sq", s.weighted_reference_sq...);
+}
+
+// The 64-bit words of one ChunkStats (for_each_word over every field).
+constexpr size_t stat_words() {
+  size_t words = 0;
+  const ChunkStats stats;
+  for_each_stat([&](const char*, const auto& field) { for_each_word(field, [&](uint64_t) { ++words; }); }, stats);
+  return words;
 }
 
 inline void ChunkStats::merge(const ChunkStats& other) {

@@ -50,6 +50,12 @@ ChunkRecord some_chunk(std::mt19937_64& rng) {
   c.stats.output_sq = some_sum(rng);
   c.stats.weighted_error_sq = some_sum(rng);
   c.stats.weighted_reference_sq = some_sum(rng);
+  // Like an INT8 chunk, some count no candidate wins and no weighted sums (stored sparsely).
+  if (rng() % 3 == 0) {
+    c.stats.candidate_wins = {};
+    c.stats.weighted_error_sq = {};
+    c.stats.weighted_reference_sq = ExactSum::from_parts(0, rng());
+  }
   return c;
 }
 
@@ -232,6 +238,40 @@ TEST_F(CheckpointTest, FileHoldsTheDocumentedLayout) {
   EXPECT_GT(H5Aexists(fingerprint, "source_headers"), 0);
   H5Gclose(fingerprint);
   H5Fclose(file);
+}
+
+// A stats field every chunk has at zero (every field of a fresh plan; an INT8 job's
+// candidate wins) is not written, and reads back as zeros.
+TEST_F(CheckpointTest, StatsFieldsAllZeroAreLeftOutAndReadAsZeros) {
+  CheckpointState state = some_state(2, 12);
+  for (auto& task : state.tasks) {
+    for (auto& chunk : task.chunks) {
+      chunk.stats.candidate_wins = {};
+      chunk.stats.output_sq = {};
+    }
+  }
+  state.tasks[0].chunks[3].stats.candidate_wins[15] = 1; // one word keeps its column
+  save_checkpoint(path_, state);
+  const hid_t file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  EXPECT_EQ(H5Lexists(file, "/chunks/stats/output_sq", H5P_DEFAULT), 0);
+  EXPECT_GT(H5Lexists(file, "/chunks/stats/candidate_wins", H5P_DEFAULT), 0);
+  EXPECT_GT(H5Lexists(file, "/chunks/stats/error_sq", H5P_DEFAULT), 0);
+  H5Fclose(file);
+  EXPECT_EQ(load_checkpoint(path_)->state, state);
+
+  CheckpointState fresh = some_state(3, 12);
+  for (auto& task : fresh.tasks) {
+    for (auto& chunk : task.chunks) chunk = ChunkRecord{};
+  }
+  save_checkpoint(path_, fresh);
+  const hid_t fresh_file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(fresh_file, 0);
+  for (const char* field : {"rows", "candidate_wins", "error_sq", "weighted_reference_sq"}) {
+    EXPECT_EQ(H5Lexists(fresh_file, ("/chunks/stats/" + std::string(field)).c_str(), H5P_DEFAULT), 0) << field;
+  }
+  H5Fclose(fresh_file);
+  EXPECT_EQ(load_checkpoint(path_)->state, fresh);
 }
 
 TEST_F(CheckpointTest, H5dumpReadsTheFile) {
