@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 MAGIC = b"SHQJRNL1"
-STATS_WORDS = 5 + 16 + 5 * 2  # five counters, 16 candidate wins, five 128-bit sums
 
 
 def h5_values(path, dataset):
@@ -69,7 +68,9 @@ def replay(path, chunks, reductions, finished):
         for _ in range(n):
             task, chunk, state = struct.unpack_from("<IQB", body, pos)
             chunks[(task, chunk)] = state
-            pos += 4 + 8 + 1 + 8 + 8 + 8 * STATS_WORDS
+            pos += 4 + 8 + 1 + 8 + 8
+            (mask,) = struct.unpack_from("<Q", body, pos)  # the stats words present, each a u64
+            pos += 8 + 8 * bin(mask).count("1")
         (n,) = struct.unpack_from("<Q", body, pos)
         pos += 8
         for _ in range(n):
