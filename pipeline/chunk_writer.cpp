@@ -62,6 +62,14 @@ ChunkBytes ChunkWriter::recycled() {
   return bytes;
 }
 
+void ChunkWriter::set_draining(bool draining) {
+  {
+    std::lock_guard lock(mutex_);
+    draining_ = draining;
+  }
+  changed_.notify_all();
+}
+
 void ChunkWriter::rethrow_if_failed() {
   std::lock_guard lock(mutex_);
   if (failure_) std::rethrow_exception(failure_);
@@ -77,10 +85,10 @@ void ChunkWriter::run() {
       std::vector<ChunkOut> taken;
       {
         std::unique_lock lock(mutex_);
-        const auto ready = [&] { return stopping_ || !queue_.empty(); };
+        const auto ready = [&] { return stopping_ || !queue_.empty() || (draining_ && !unsynced.empty()); };
         if (unsynced.empty()) changed_.wait(lock, ready);
         else changed_.wait_until(lock, sync_due, ready);
-        if (queue_.empty()) { // stopping (everything written), or the oldest chunk is due
+        if (queue_.empty()) { // stopping (everything written), draining, or the oldest chunk is due
           const bool stopping = stopping_;
           lock.unlock();
           make_durable(unsynced, unsynced_shards);
@@ -92,22 +100,27 @@ void ChunkWriter::run() {
         queued_bytes_ = 0;
         changed_.notify_all();
       }
-      for (auto& next : taken) {
+      std::vector<ChunkWrite> writes;
+      writes.reserve(taken.size());
+      for (const auto& next : taken) {
         const Task& task = plan_.tasks()[size_t(next.result.task)];
         const uint64_t chunk = uint64_t(next.result.chunk);
-        outputs_.write_chunk_bytes(size_t(next.result.task), task.chunk_first_row(chunk), task.chunk_rows(chunk), next.bytes.buffers);
-        if (unsynced.empty()) sync_due = std::chrono::steady_clock::now() + kSyncDelay;
+        writes.push_back({size_t(next.result.task), task.chunk_first_row(chunk), task.chunk_rows(chunk), &next.bytes.buffers});
+      }
+      outputs_.write_chunks(writes);
+      if (unsynced.empty()) sync_due = std::chrono::steady_clock::now() + kSyncDelay;
+      for (auto& next : taken) {
         unsynced_bytes += next.bytes.size();
-        unsynced_shards.insert(task.shard);
+        unsynced_shards.insert(plan_.tasks()[size_t(next.result.task)].shard);
         unsynced.push_back(next.result);
         // The bytes are in the file once written: their buffers go back to the workers now,
         // not at the sync (fresh buffers would cost page faults and zero-filling).
         recycle(std::move(next.bytes));
-        // A slow disk gets fewer, larger syncs; a fast one still no more than one per delay.
-        if (unsynced_bytes >= kSyncBytes || std::chrono::steady_clock::now() >= sync_due) {
-          make_durable(unsynced, unsynced_shards);
-          unsynced_bytes = 0;
-        }
+      }
+      // A slow disk gets fewer, larger syncs; a fast one still no more than one per delay.
+      if (unsynced_bytes >= kSyncBytes || std::chrono::steady_clock::now() >= sync_due) {
+        make_durable(unsynced, unsynced_shards);
+        unsynced_bytes = 0;
       }
     }
   } catch (...) {

@@ -45,6 +45,10 @@ class ChunkWriter {
   // holds kMaxQueuedBytes already (back-pressure on big chunks; small ones never wait on an
   // fsync in progress, since rank 0's main loop queues the chunks other ranks send it).
   void push(std::vector<ChunkOut> chunks);
+  // Draining: fsync as soon as the queue is written instead of batching syncs over
+  // kSyncDelay. Set while rank 0 has no work to hand this rank (the job's last chunks
+  // then reach the checkpoint, and the shards their rename, without waiting out the delay).
+  void set_draining(bool draining);
   // Buffers of an already written chunk, to fill again (empty ones when none is free).
   ChunkBytes recycled();
   void rethrow_if_failed();
@@ -67,6 +71,7 @@ class ChunkWriter {
   std::vector<ChunkBytes> free_;
   uint64_t free_bytes_ = 0;
   bool stopping_ = false;
+  bool draining_ = false;
   std::exception_ptr failure_;
   std::thread thread_;
 };

@@ -64,14 +64,31 @@ io::Writer& OutputFiles::writer(size_t shard) const {
   return *it->second;
 }
 
-void OutputFiles::write_chunk_bytes(size_t task_index, uint64_t first_row, uint64_t rows,
-                                    const std::vector<std::vector<uint8_t>>& buffers) {
-  const Task& task = plan_.tasks()[task_index];
-  io::Writer& out = writer(task.shard);
-  for (size_t o = 0; o < task.outputs.size(); ++o) {
-    const WritePiece piece =
-        plan_rows_write(buffers.at(o), first_row, rows, task_output_slot(plan_, task_index, o), task.outputs[o].name);
-    out.write_bytes(piece.offset, piece.bytes);
+void OutputFiles::write_chunks(std::span<const ChunkWrite> chunks) {
+  struct Piece {
+    size_t shard;
+    WritePiece write;
+  };
+  std::vector<Piece> pieces;
+  for (const ChunkWrite& chunk : chunks) {
+    const Task& task = plan_.tasks()[chunk.task];
+    for (size_t o = 0; o < task.outputs.size(); ++o) {
+      const auto slot = task_output_slot(plan_, chunk.task, o);
+      pieces.push_back({task.shard, plan_rows_write(chunk.buffers->at(o), chunk.first_row, chunk.rows, slot, task.outputs[o].name)});
+    }
+  }
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+    return a.shard != b.shard ? a.shard < b.shard : a.write.offset < b.write.offset;
+  });
+  std::vector<std::span<const uint8_t>> run;
+  for (size_t begin = 0, end = 0; begin < pieces.size(); begin = end) {
+    run.assign(1, pieces[begin].write.bytes);
+    uint64_t next = pieces[begin].write.offset + pieces[begin].write.bytes.size();
+    for (end = begin + 1; end < pieces.size() && pieces[end].shard == pieces[begin].shard && pieces[end].write.offset == next; ++end) {
+      run.push_back(pieces[end].write.bytes);
+      next += pieces[end].write.bytes.size();
+    }
+    writer(pieces[begin].shard).write_gathered(pieces[begin].write.offset, run);
   }
 }
 

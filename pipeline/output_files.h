@@ -14,6 +14,14 @@
 
 namespace shardq {
 
+// One chunk's bytes to write: its task's rows [first_row, first_row + rows), one buffer
+// per task output.
+struct ChunkWrite {
+  size_t task = 0;
+  uint64_t first_row = 0, rows = 0;
+  const std::vector<std::vector<uint8_t>>* buffers = nullptr;
+};
+
 class OutputFiles {
  public:
   OutputFiles(const Plan& plan, int rank, bool direct);
@@ -27,10 +35,10 @@ class OutputFiles {
   void create_all(bool resume);
   void open_mine();
 
-  // A task's output buffers of one chunk at their planned places (pwrite); durable only
-  // after sync() of its shard.
-  void write_chunk_bytes(size_t task, uint64_t first_row, uint64_t rows,
-                         const std::vector<std::vector<uint8_t>>& buffers);
+  // Chunks' output buffers at their planned places; durable only after sync() of their
+  // shards. Pieces that lie back to back in a shard (the small tensors of a batch of
+  // chunks, one after another in the layout) go in one pwritev.
+  void write_chunks(std::span<const ChunkWrite> chunks);
   void sync(const std::set<size_t>& shards); // fsync these shards (this rank holds them open)
 
   // Copies the unchanged tensors, writes constants and the group scalars (in layout

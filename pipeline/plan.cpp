@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <string_view>
-#include <unordered_set>
 
 #include "kernels/formats.h"
 #include "pipeline/io/config.h"
@@ -12,6 +12,7 @@
 #include "pipeline/io/shard_readers.h"
 #include "pipeline/io/strict_json.h"
 #include "pipeline/pipeline_error.h"
+#include "stages/digest.h"
 #include "stages/factors.h"
 #include "stages/stage_error.h"
 
@@ -42,21 +43,41 @@ RecipeParams recipe_params(const Job& job) {
   return params;
 }
 
+// Every source shard's name, size and data offset and every tensor's name, dtype and byte
+// range, as "file:size:offset;" then "name:dtype:begin-end;" per tensor.
 std::string headers_text(io::ShardReaders& readers, const std::vector<std::string>& files) {
-  std::string headers;
+  std::string text;
+  const auto append_number = [&text](uint64_t value) {
+    char digits[20];
+    text.append(digits, std::to_chars(digits, digits + sizeof digits, value).ptr);
+  };
   for (const auto& file : files) {
     const io::Reader& reader = readers.get(file);
-    headers += fmt::format("{}:{}:{};", file, reader.file_size(), reader.data_offset());
-    for (const auto& t : reader.tensors()) headers += fmt::format("{}:{}:{}-{};", t.name, io::dtype_name(t.dtype), t.begin, t.end);
+    text += file;
+    text += ':';
+    append_number(reader.file_size());
+    text += ':';
+    append_number(reader.data_offset());
+    text += ';';
+    for (const auto& t : reader.tensors()) {
+      text += t.name;
+      text += ':';
+      text += io::dtype_name(t.dtype);
+      text += ':';
+      append_number(t.begin);
+      text += '-';
+      append_number(t.end);
+      text += ';';
+    }
   }
-  return headers;
+  return text;
 }
 
 std::vector<std::pair<std::string, std::string>> make_fingerprint(const Plan& plan, io::ShardReaders& source_readers) {
   std::vector<std::pair<std::string, std::string>> fingerprint = {
       {"tool_version", SHARDQ_VERSION},
       {"job", plan.job.canonical()},
-      {"source_headers", headers_text(source_readers, plan.source.shard_files)},
+      {"source_headers", hex_digest(headers_text(source_readers, plan.source.shard_files))},
       {"src", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.src)).string()},
       // A checkpoint kept elsewhere (--checkpoint) must not resume into another output.
       {"dst", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.dst)).string()}};
@@ -316,12 +337,9 @@ io::ShardIndex output_index(const Plan& plan) {
   std::vector<size_t> next(first.begin(), first.end() - 1);
   for (const auto& [source, name] : placed) by_source[next[source]++] = name;
 
-  std::unordered_set<std::string_view> mapped;
-  mapped.reserve(plan.source_index.weight_map.size() + placed.size());
-  const auto add = [&](std::string_view name, const std::string& file) {
-    if (mapped.insert(name).second) index.weight_map.emplace_back(name, file);
-  };
-  index.weight_map.reserve(plan.source_index.weight_map.size());
+  // Every name in the order it is first met (a changed shard's entries are met again at the end).
+  const auto add = [&](std::string_view name, const std::string& file) { index.weight_map.emplace_back(name, file); };
+  index.weight_map.reserve(plan.source_index.weight_map.size() + placed.size());
   for (const auto& [name, file] : plan.source_index.weight_map) {
     const SourceTensor* tensor = plan.source.find(name);
     if (tensor && plan.shards[tensor->shard].changed) {
@@ -338,6 +356,18 @@ io::ShardIndex output_index(const Plan& plan) {
     }
     for (const auto& entry : shard.entries) add(entry.spec.name, shard.file);
   }
+  auto& map = index.weight_map;
+  NameIndex first_met;
+  const auto repeated = first_met.build(map.size(), [&](size_t i) -> std::string_view { return map[i].first; });
+  std::vector<uint8_t> drop(map.size(), 0);
+  for (size_t i : repeated) drop[i] = 1;
+  size_t kept = 0;
+  for (size_t i = 0; i < map.size(); ++i) {
+    if (drop[i]) continue;
+    if (kept != i) map[kept] = std::move(map[i]);
+    ++kept;
+  }
+  map.resize(kept);
   return index;
 }
 

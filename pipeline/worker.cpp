@@ -54,6 +54,7 @@ void Worker::stop() {
 }
 
 void Worker::push(const std::vector<WorkItem>& items) {
+  writer_->set_draining(items.empty()); // none: rank 0 has nothing left to hand out for now
   {
     std::lock_guard lock(mutex_);
     for (const auto& item : items) {
@@ -187,9 +188,7 @@ void Worker::read_loop() {
       batch = take_batch();
     }
     try {
-      for (auto& read : batch) {
-        if (read.rows) read_rows(read.item, *read.rows);
-      }
+      read_batch(batch);
     } catch (...) {
       fail(std::current_exception());
       return;
@@ -260,7 +259,7 @@ void Worker::process(ReadItem& read, EncodedChunk& out, std::vector<ChunkOut>& w
 
 // Encode items need every input row; reductions only the inputs they read whole (an amax
 // reads the scales and then the few rows of codes that can decide it).
-void Worker::read_rows(const WorkItem& item, SourceRows& rows) const {
+void Worker::plan_reads(const WorkItem& item, SourceRows& rows, std::vector<PieceRead>& pieces) const {
   const Task& task = plan_.tasks()[size_t(item.task)];
   const uint64_t chunk = uint64_t(item.index), first = task.chunk_first_row(chunk), count = task.chunk_rows(chunk);
   rows.inputs.resize(task.inputs.size());
@@ -277,7 +276,30 @@ void Worker::read_rows(const WorkItem& item, SourceRows& rows) const {
     // A resize zero-fills only what the buffer grows by (the read overwrites all of it): a
     // reused buffer of the same size costs nothing here.
     rows.inputs[i].resize(input_count * tensor.row_bytes());
-    reader.read_rows(tensor, task.input_first_row(i, first), input_count, rows.inputs[i]);
+    const uint64_t offset = reader.rows_offset(tensor, task.input_first_row(i, first), input_count, rows.inputs[i].size());
+    pieces.push_back({&reader, offset, rows.inputs[i]});
+  }
+}
+
+// A batch's source rows; pieces that lie back to back in a shard (the tensors of
+// consecutive small tasks) come in one preadv.
+void Worker::read_batch(ReadBatch& batch) const {
+  std::vector<PieceRead> pieces;
+  for (auto& read : batch) {
+    if (read.rows) plan_reads(read.item, *read.rows, pieces);
+  }
+  std::sort(pieces.begin(), pieces.end(), [](const PieceRead& a, const PieceRead& b) {
+    return a.reader != b.reader ? std::less<>()(a.reader, b.reader) : a.offset < b.offset;
+  });
+  std::vector<std::span<uint8_t>> run;
+  for (size_t begin = 0, end = 0; begin < pieces.size(); begin = end) {
+    run.assign(1, pieces[begin].out);
+    uint64_t next = pieces[begin].offset + pieces[begin].out.size();
+    for (end = begin + 1; end < pieces.size() && pieces[end].reader == pieces[begin].reader && pieces[end].offset == next; ++end) {
+      run.push_back(pieces[end].out);
+      next += pieces[end].out.size();
+    }
+    pieces[begin].reader->read_gathered(pieces[begin].offset, run);
   }
 }
 

@@ -17,11 +17,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -45,6 +47,8 @@ class Worker {
   Worker(const Plan& plan, OutputFiles& outputs, int rank, int threads);
   ~Worker();
 
+  // An assign's items; none (rank 0 has nothing to hand out now) lets the writer sync what
+  // it wrote at once (ChunkWriter::set_draining), more restores its batching.
   void push(const std::vector<WorkItem>& items);
   int threads() const { return threads_; }
   size_t load() const;          // items queued, being read, read or computing
@@ -82,7 +86,14 @@ class Worker {
   // A chunk for this rank's writer is appended to `written` (pushed once per batch).
   void do_encode(const WorkItem& item, SourceRows& rows, EncodedChunk& out, std::vector<ChunkOut>& written);
   void emit(int dest, Tag tag, std::vector<uint8_t> bytes);
-  void read_rows(const WorkItem& item, SourceRows& rows) const;
+  // One input's rows to read: where in its shard's data buffer, into which bytes.
+  struct PieceRead {
+    const io::Reader* reader;
+    uint64_t offset;
+    std::span<uint8_t> out;
+  };
+  void plan_reads(const WorkItem& item, SourceRows& rows, std::vector<PieceRead>& pieces) const;
+  void read_batch(ReadBatch& batch) const;
   ChunkInput chunk_input(const WorkItem& item, const SourceRows& rows) const;
   const std::vector<float>& factor_source(int set);
 

@@ -4,13 +4,13 @@
 
 #include <optional>
 #include <set>
-#include <unordered_set>
 
 #include "pipeline/io/atomic_file.h"
 #include "pipeline/io/config.h"
 #include "pipeline/io/io_error.h"
 #include "pipeline/io/plain_json.h"
 #include "pipeline/io/strict_json.h"
+#include "stages/name_index.h"
 
 namespace shardq::io {
 
@@ -42,18 +42,14 @@ bool read_metadata(PlainJson& json, ShardIndex& index) {
 }
 
 bool tensors_unique(const ShardIndex& index) {
-  std::unordered_set<std::string_view> tensors;
-  tensors.reserve(index.weight_map.size());
-  for (const auto& [tensor, shard] : index.weight_map) {
-    if (!tensors.insert(tensor).second) return false;
-  }
-  return true;
+  NameIndex tensors;
+  return tensors.build(index.weight_map.size(), [&](size_t i) -> std::string_view { return index.weight_map[i].first; }).empty();
 }
 
-// A JSON string literal (quoted, escaped as dump() escapes it; IoError on invalid UTF-8).
-std::string quoted(const std::string& text, const std::filesystem::path& index_file) {
+// Appends a JSON string literal (quoted, escaped as dump() escapes it; IoError on invalid UTF-8).
+void append_quoted(std::string& out, std::string_view text, const std::filesystem::path& index_file) {
   try {
-    return quote_json(text);
+    append_json_string(out, text);
   } catch (const Json::type_error& e) {
     throw IoError(fmt::format("{}: cannot write '{}': {}", index_file.string(), text, e.what()));
   }
@@ -184,14 +180,20 @@ void write_index(const std::filesystem::path& index_file, const ShardIndex& inde
   // dump(2) of the inner object indents by its own depth; one level deeper here.
   for (size_t at = text.find('\n', 2); at != std::string::npos; at = text.find('\n', at + 1)) text.insert(at + 1, "  ");
   text += ",\n  \"weight_map\": {";
-  std::unordered_set<std::string_view> tensors;
-  for (const auto& [tensor, shard] : index.weight_map) {
+  const auto& map = index.weight_map;
+  NameIndex tensors;
+  const auto repeated = tensors.build(map.size(), [&](size_t i) -> std::string_view { return map[i].first; });
+  if (!repeated.empty()) {
+    throw IoError(fmt::format("{}: weight_map names tensor '{}' twice", index_file.string(), map[repeated.front()].first));
+  }
+  text.reserve(text.size() + map.size() * 96);
+  for (size_t i = 0; i < map.size(); ++i) {
+    const auto& [tensor, shard] = map[i];
     check_shard_name(shard, index_file, tensor);
-    if (!tensors.insert(tensor).second) {
-      throw IoError(fmt::format("{}: weight_map names tensor '{}' twice", index_file.string(), tensor));
-    }
-    text += tensors.size() == 1 ? "\n    " : ",\n    ";
-    text += quoted(tensor, index_file) + ": " + quoted(shard, index_file);
+    text += i == 0 ? "\n    " : ",\n    ";
+    append_quoted(text, tensor, index_file);
+    text += ": ";
+    append_quoted(text, shard, index_file);
   }
   text += index.weight_map.empty() ? "}\n}\n" : "\n  }\n}\n";
   write_file_atomic(index_file, text);

@@ -167,7 +167,7 @@ std::string header_json(const std::vector<TensorInfo>& tensors, const std::map<s
     };
     for (const TensorInfo& t : tensors) {
       if (text.size() > 1) text += ',';
-      text += quote_json(t.name); // escaped; throws type_error on invalid UTF-8
+      append_json_string(text, t.name); // escaped; throws type_error on invalid UTF-8
       text += ":{\"dtype\":\"";
       text += dtype_name(t.dtype);
       text += "\",\"shape\":[";
@@ -280,16 +280,16 @@ const TensorInfo& Reader::tensor(std::string_view name) const {
   return *found;
 }
 
-void Reader::read_rows(const TensorInfo& tensor, uint64_t first_row, uint64_t row_count, std::span<uint8_t> out) const {
+uint64_t Reader::rows_offset(const TensorInfo& tensor, uint64_t first_row, uint64_t row_count, uint64_t out_size) const {
   const std::string label = path_.string();
   if (tensor.end < tensor.begin || tensor.end > file_size_ - data_offset_) {
     throw IoError(fmt::format("{}: tensor '{}' [{}, {}) is not inside this file's data buffer", label, tensor.name, tensor.begin, tensor.end));
   }
   const uint64_t offset = row_range_offset(tensor, first_row, row_count, label);
   const uint64_t needed = row_count * tensor.row_bytes();
-  if (out.size() != needed) {
+  if (out_size != needed) {
     throw IoError(fmt::format("{}: tensor '{}': rows [{}, {}) are {} bytes but the buffer holds {}", label, tensor.name, first_row,
-                              first_row + row_count, needed, out.size()));
+                              first_row + row_count, needed, out_size));
   }
   // A TensorInfo whose shape disagrees with its offsets (not one of ours) must not read
   // into its neighbours.
@@ -297,16 +297,31 @@ void Reader::read_rows(const TensorInfo& tensor, uint64_t first_row, uint64_t ro
     throw IoError(fmt::format("{}: tensor '{}': rows [{}, {}) lie outside its data_offsets [{}, {})", label, tensor.name, first_row,
                               first_row + row_count, tensor.begin, tensor.end));
   }
-  pread_full(fd_, out.data(), out.size(), data_offset_ + tensor.begin + offset, label);
+  return tensor.begin + offset;
+}
+
+void Reader::read_rows(const TensorInfo& tensor, uint64_t first_row, uint64_t row_count, std::span<uint8_t> out) const {
+  read_bytes(rows_offset(tensor, first_row, row_count, out.size()), out);
 }
 
 void Reader::read_bytes(uint64_t buffer_offset, std::span<uint8_t> out) const {
-  const uint64_t buffer_size = file_size_ - data_offset_;
-  if (buffer_offset > buffer_size || out.size() > buffer_size - buffer_offset) {
-    throw IoError(fmt::format("{}: bytes [{}, {}) outside the {}-byte data buffer", path_.string(), buffer_offset,
-                              buffer_offset + out.size(), buffer_size));
-  }
+  check_readable(buffer_offset, out.size());
   pread_full(fd_, out.data(), out.size(), data_offset_ + buffer_offset, path_.string());
+}
+
+void Reader::read_gathered(uint64_t buffer_offset, std::span<const std::span<uint8_t>> pieces) const {
+  uint64_t size = 0;
+  for (const auto& piece : pieces) size += piece.size();
+  check_readable(buffer_offset, size);
+  preadv_full(fd_, pieces, data_offset_ + buffer_offset, path_.string());
+}
+
+void Reader::check_readable(uint64_t buffer_offset, uint64_t size) const {
+  const uint64_t buffer_size = file_size_ - data_offset_;
+  if (buffer_offset > buffer_size || size > buffer_size - buffer_offset) {
+    throw IoError(fmt::format("{}: bytes [{}, {}) outside the {}-byte data buffer", path_.string(), buffer_offset,
+                              buffer_offset + size, buffer_size));
+  }
 }
 
 // ------------------------------------------------------------------------- Writer
@@ -425,12 +440,17 @@ void Writer::write_rows(const TensorInfo& tensor, uint64_t first_row, std::span<
   write_bytes(tensor.begin + offset, bytes);
 }
 
-void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes) {
+void Writer::check_writable(uint64_t buffer_offset, uint64_t size) const {
   const std::string label = partial_path_.string();
   if (fd_ < 0) throw IoError(fmt::format("{}: write before open()", label));
-  if (buffer_offset > buffer_size() || bytes.size() > buffer_size() - buffer_offset) {
-    throw IoError(fmt::format("{}: bytes [{}, {}) outside the {}-byte data buffer", label, buffer_offset, buffer_offset + bytes.size(), buffer_size()));
+  if (buffer_offset > buffer_size() || size > buffer_size() - buffer_offset) {
+    throw IoError(fmt::format("{}: bytes [{}, {}) outside the {}-byte data buffer", label, buffer_offset, buffer_offset + size, buffer_size()));
   }
+}
+
+void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes) {
+  check_writable(buffer_offset, bytes.size());
+  const std::string label = partial_path_.string();
   const uint64_t offset = layout_.data_offset + buffer_offset;
   const DirectWriter::Range pages = direct_->pages_inside(offset, bytes.size());
   if (pages.empty() || !direct_->write(bytes, offset, pages)) {
@@ -439,6 +459,37 @@ void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes)
   }
   pwrite_full(fd_, bytes.data(), pages.begin - offset, offset, label);
   pwrite_full(fd_, bytes.data() + (pages.end - offset), offset + bytes.size() - pages.end, pages.end, label);
+}
+
+void Writer::write_gathered(uint64_t buffer_offset, std::span<const std::span<const uint8_t>> pieces) {
+  // Runs of pieces smaller together than a direct write go buffered in one pwritev each,
+  // as each would alone; a piece that large goes through write_bytes (its whole pages
+  // skip the page cache).
+  size_t run_begin = 0;
+  uint64_t run_offset = buffer_offset, run_bytes = 0;
+  const auto write_run = [&](size_t run_end) {
+    if (run_end == run_begin) return;
+    check_writable(run_offset, run_bytes);
+    pwritev_full(fd_, pieces.subspan(run_begin, run_end - run_begin), layout_.data_offset + run_offset, partial_path_.string());
+  };
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const uint64_t size = pieces[i].size();
+    if (size >= DirectWriter::kMinBytes || run_bytes + size >= DirectWriter::kMinBytes) {
+      write_run(i);
+      run_begin = i;
+      run_offset = buffer_offset;
+      run_bytes = 0;
+    }
+    if (size >= DirectWriter::kMinBytes) {
+      write_bytes(buffer_offset, pieces[i]);
+      run_begin = i + 1;
+      run_offset = buffer_offset + size;
+    } else {
+      run_bytes += size;
+    }
+    buffer_offset += size;
+  }
+  write_run(pieces.size());
 }
 
 void Writer::sync() {

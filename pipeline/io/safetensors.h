@@ -56,10 +56,17 @@ class Reader {
   // Rows [first_row, first_row + row_count) of a tensor into out (row_count * row_bytes);
   // throws when the range leaves the tensor or rows are not whole bytes (e.g. F4 [r, odd]).
   void read_rows(const TensorInfo& tensor, uint64_t first_row, uint64_t row_count, std::span<uint8_t> out) const;
+  // Where in the data buffer those rows start, checked as read_rows checks them (out_size:
+  // the bytes the caller will read them into).
+  uint64_t rows_offset(const TensorInfo& tensor, uint64_t first_row, uint64_t row_count, uint64_t out_size) const;
   // Raw bytes at a data-buffer-relative offset.
   void read_bytes(uint64_t buffer_offset, std::span<uint8_t> out) const;
+  // Pieces back to back from buffer_offset, in one preadv (many small tensors at once).
+  void read_gathered(uint64_t buffer_offset, std::span<const std::span<uint8_t>> pieces) const;
 
  private:
+  void check_readable(uint64_t buffer_offset, uint64_t size) const; // inside the data buffer
+
   std::filesystem::path path_;
   int fd_ = -1;
   uint64_t file_size_ = 0;
@@ -121,11 +128,14 @@ class Writer {
   // bytes must be whole rows of the tensor, starting at first_row, inside the tensor.
   void write_rows(const TensorInfo& tensor, uint64_t first_row, std::span<const uint8_t> bytes);
   void write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes);
+  // Pieces that lie back to back from buffer_offset: one pwritev for many small ones.
+  void write_gathered(uint64_t buffer_offset, std::span<const std::span<const uint8_t>> pieces);
   void sync();   // fsync the data written so far; any error is fatal for the shard
   void finish(); // sync, close (checked), rename to the final name, fsync the folder
 
  private:
   void reserve_space(); // statvfs check, then posix_fallocate (ftruncate where unsupported)
+  void check_writable(uint64_t buffer_offset, uint64_t size) const; // open, and inside the data buffer
 
   std::filesystem::path final_path_;
   std::filesystem::path partial_path_;

@@ -106,15 +106,15 @@ nlohmann::ordered_json parse_json_strict(std::string_view text, const std::strin
   return builder.take_root();
 }
 
-std::string quote_json(std::string_view text) {
+void append_json_string(std::string& out, std::string_view text) {
   const bool plain = std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
-  if (!plain) return Json(std::string(text)).dump();
-  std::string quoted;
-  quoted.reserve(text.size() + 2);
-  quoted += '"';
-  quoted += text;
-  quoted += '"';
-  return quoted;
+  if (!plain) {
+    out += Json(std::string(text)).dump();
+    return;
+  }
+  out += '"';
+  out += text;
+  out += '"';
 }
 
 void append_new_key(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value) {

@@ -13,10 +13,11 @@ namespace shardq::io {
 // or header of 100K keys parses in well under a second.
 nlohmann::ordered_json parse_json_strict(std::string_view text, const std::string& label, std::string_view what);
 
-// TEXT as a JSON string literal, byte for byte what nlohmann's dump() writes for it
-// (throwing its type_error on invalid UTF-8). Plain printable ASCII, which is nearly every
-// tensor and file name, is quoted without building a JSON value.
-std::string quote_json(std::string_view text);
+// Appends TEXT as a JSON string literal, byte for byte what nlohmann's dump() writes for
+// it (throwing its type_error on invalid UTF-8, `out` then holding what came before).
+// Plain printable ASCII, which is nearly every tensor and file name, is quoted without
+// building a JSON value.
+void append_json_string(std::string& out, std::string_view text);
 
 // Adds `key: value` at the end of an ordered object in O(1). ordered_json's operator[] and
 // emplace first search the keys linearly, so filling a 100K-key object through them is

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 #define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -12,6 +10,7 @@
 
 #include "kernels/formats.h"
 #include "kernels/mxfp4.h"
+#include "stages/digest.h"
 #include "stages/recipes/engram_tables.h"
 #include "stages/recipes/input_scales.h"
 #include "stages/stage_error.h"
@@ -142,8 +141,6 @@ void check_reference_layout(const RecipePlan& plan, const CheckpointView& source
     }
   }
 }
-
-std::string hex_digest(const std::string& text) { return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size())); }
 
 std::vector<std::pair<std::string, std::string>> reference_fingerprint(const CheckpointView& reference,
                                                                        const InputScales& scales) {

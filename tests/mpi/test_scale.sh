@@ -118,16 +118,19 @@ chunks=$(done_chunks "$WORK/int8/.shardq/checkpoint.h5" | wc -l)
 killed_at=$((chunks * 3 / 4))
 start=$(now)
 rc=0
-SHARDQ_CRASH_AT=quantize:$killed_at run_shardq 2 "$WORK/killed.log" "${INT8[@]}" --dst "$WORK/killed" || rc=$?
+# Paced to 1 ms a chunk (2 ranks x 2 threads: ~12 s for the plan). Unpaced, all the chunks
+# take under a second, inside the first save interval, and a kill at three quarters would
+# find nothing recorded yet, as the pacing allows.
+SHARDQ_TEST_CHUNK_DELAY_MS=1 SHARDQ_CRASH_AT=quantize:$killed_at run_shardq 2 "$WORK/killed.log" "${INT8[@]}" --dst "$WORK/killed" || rc=$?
 grep -q "shardq: error" "$WORK/killed.log" && fail "the run failed instead of being killed: $(grep 'shardq: error' "$WORK/killed.log")"
 ((rc != 0)) || fail "the crash at quantize:$killed_at did not happen"
 killed_s=$(seconds_since "$start")
 sleep 0.2 # the killed ranks' ends
 pending=$(pending_count "$CKPT" chunks)
-# Saves are paced to cost at most ~5% of the run (docs/checkpoint.md): at this fixture's
-# ~10K chunks/s the checkpoint may trail the kill by a second or two, some 20K chunks (a
-# slow first append, 20 times which the next waits, once left only the first chunk
-# recorded at half the run). It must still have recorded a good part of what was done.
+# Saves are paced to cost at most ~5% of the run (docs/checkpoint.md): the checkpoint may
+# trail the kill by a second or two (a slow first append, 20 times which the next waits,
+# once left only the first chunk recorded at half the run). It must still have recorded a
+# good part of what was done.
 ((pending < chunks - chunks / 16)) ||
   fail "the killed run recorded too little: $pending of $chunks chunks pending after $killed_at done"
 ((pending > 0)) || fail "the killed run recorded every chunk"

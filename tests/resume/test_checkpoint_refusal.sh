@@ -74,9 +74,11 @@ grep -q "newest generation unusable.*using the previous one" "$WORK/truncated.lo
 echo "truncated: $(grep -o 'newest generation unusable.*' "$WORK/truncated.log" | cut -c1-200)"
 [[ -f "$CKPT.corrupt" ]] || fail "the unusable newest generation was not set aside as $CKPT.corrupt"
 
-# Bit-flipped newest generation (in the middle of the file).
-size=$(stat -c %s "$CKPT")
-printf '\xde\xad\xbe\xef\xde\xad\xbe\xef' | dd of="$CKPT" bs=1 seek=$((size / 2)) conv=notrunc status=none
+# Bit-flipped newest generation: inside the chunk checksums' data (where h5dump says it
+# lies), bytes HDF5 reads back without complaint and only the content checksum can catch.
+data_offset=$(h5dump -p -H -d /chunks/checksum "$CKPT" | awk '/OFFSET/ {print $2}')
+[[ "$data_offset" =~ ^[0-9]+$ ]] || fail "h5dump gives no offset for /chunks/checksum"
+printf '\xde\xad\xbe\xef\xde\xad\xbe\xef' | dd of="$CKPT" bs=1 seek="$data_offset" conv=notrunc status=none
 SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:2 run_shardq 0 "$WORK/flipped.log" "${ARGS[@]}" && fail "the crash did not happen"
 grep -q "newest generation unusable.*using the previous one" "$WORK/flipped.log" ||
   fail "no fallback note for a bit-flipped checkpoint: $(tail -3 "$WORK/flipped.log")"

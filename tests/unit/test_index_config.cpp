@@ -221,16 +221,27 @@ TEST(IoIndex, ReadsEveryShapeToTheSameIndex) {
 }
 
 // Names are quoted without a JSON value when they are plain ASCII: the same bytes as
-// dump() for every kind of text, and the same refusal of invalid UTF-8.
-TEST(IoJson, QuoteJsonIsWhatDumpWrites) {
+// dump() for every kind of text (after what `out` held), and the same refusal of invalid UTF-8.
+TEST(IoJson, AppendedJsonStringIsWhatDumpWrites) {
+  // After a prefix, to show it appends: "[" then the literal.
+  const auto appended = [](const std::string& text) {
+    std::string out(1, '[');
+    append_json_string(out, text);
+    return out;
+  };
+  const auto dumped = [](const std::string& text) {
+    std::string out(1, '[');
+    out += nlohmann::ordered_json(text).dump();
+    return out;
+  };
   const std::vector<std::string> texts = {"",      "layers.0.ffn.experts.7.w1.weight", "a\"b", "back\\slash", "tab\there",
                                           "\x7f", "\x01", "caf\xc3\xa9", "\xe2\x82\xac", "/", "'"};
-  for (const auto& text : texts) EXPECT_EQ(quote_json(text), nlohmann::ordered_json(text).dump()) << text;
+  for (const auto& text : texts) EXPECT_EQ(appended(text), dumped(text)) << text;
   for (int c = 0; c < 128; ++c) {
-    const std::string text = "x" + std::string(1, char(c)) + "y";
-    EXPECT_EQ(quote_json(text), nlohmann::ordered_json(text).dump()) << c;
+    const std::string text{'x', char(c), 'y'};
+    EXPECT_EQ(appended(text), dumped(text)) << c;
   }
-  EXPECT_THROW(quote_json("bad\xff"), nlohmann::ordered_json::type_error);
+  EXPECT_THROW(appended("bad\xff"), nlohmann::ordered_json::type_error);
 }
 
 } // namespace

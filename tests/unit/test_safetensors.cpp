@@ -105,6 +105,61 @@ TEST(SafetensorsWriter, RoundTripsThroughTheReader) {
   EXPECT_THROW(reader.tensor("missing"), IoError);
 }
 
+// More pieces than one pwritev takes (IOV_MAX, 1024), empty ones among them and one as
+// large as a direct write (written on its own), land back to back; a run that leaves the
+// buffer is refused like any write.
+TEST(SafetensorsWriter, GatheredPiecesLandBackToBack) {
+  ScratchDir dir;
+  const auto final_path = dir / "gathered.safetensors";
+  constexpr size_t kSmall = 2500, kLarge = 300000, kTotal = kSmall + kLarge + 500;
+  std::vector<uint8_t> bytes(kTotal);
+  for (size_t i = 0; i < kTotal; ++i) bytes[i] = uint8_t(i * 7 + i / 251);
+  Writer writer(final_path, {{"t", Dtype::U8, {kTotal}}});
+  writer.open(false);
+  std::vector<std::span<const uint8_t>> pieces;
+  for (size_t at = 0; at < kSmall; ++at) {
+    pieces.push_back(std::span(bytes).subspan(at, 1));
+    if (at % 100 == 0) pieces.push_back({});
+  }
+  pieces.push_back(std::span(bytes).subspan(kSmall, kLarge));
+  pieces.push_back(std::span(bytes).subspan(kSmall + kLarge, 500));
+  writer.write_gathered(0, pieces);
+  EXPECT_THROW(writer.write_gathered(kTotal - 1, std::vector<std::span<const uint8_t>>{std::span(bytes).subspan(0, 2)}), IoError);
+  writer.finish();
+  Reader reader(final_path);
+  std::vector<uint8_t> back(kTotal);
+  reader.read_bytes(0, back);
+  EXPECT_EQ(back, bytes);
+}
+
+// Rows of several tensors back to back come in one gathered read, into separate buffers;
+// a range past the data buffer is refused.
+TEST(SafetensorsReader, GatheredReadFillsEachPiece) {
+  ScratchDir dir;
+  const auto path = dir / "read.safetensors";
+  const auto a = iota_bytes(48, 1), b = iota_bytes(5, 100), c = iota_bytes(2, 200), d = iota_bytes(6, 50);
+  {
+    Writer writer(path, sample_specs());
+    writer.open(false);
+    writer.write_bytes(0, a);
+    writer.write_bytes(48, b);
+    writer.write_bytes(53, c);
+    writer.write_bytes(55, d);
+    writer.finish();
+  }
+  const Reader reader(path);
+  std::vector<uint8_t> a_rows(32), b_all(5), c_all(2), none;
+  const uint64_t at = reader.rows_offset(reader.tensor("a"), 1, 2, a_rows.size());
+  EXPECT_EQ(at, 16u);
+  reader.read_gathered(at, std::vector<std::span<uint8_t>>{a_rows, none, b_all, c_all});
+  EXPECT_EQ(a_rows, std::vector<uint8_t>(a.begin() + 16, a.end()));
+  EXPECT_EQ(b_all, b);
+  EXPECT_EQ(c_all, c);
+  std::vector<uint8_t> past(7);
+  EXPECT_THROW(reader.read_gathered(55, std::vector<std::span<uint8_t>>{past}), IoError);
+  EXPECT_THROW(reader.rows_offset(reader.tensor("a"), 2, 2, 32), IoError);
+}
+
 TEST(SafetensorsWriter, WithoutMetadataWritesNoMetadataKey) {
   const std::string header = Writer::plan({{"x", Dtype::U8, {1}}}, {}).header;
   EXPECT_EQ(header.find("__metadata__"), std::string::npos);
