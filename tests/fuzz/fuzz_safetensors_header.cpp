@@ -44,9 +44,12 @@ void check_round_trip(const std::vector<TensorSpec>& specs, const std::map<std::
   } catch (const IoError&) {
     return; // overflowing or duplicate specs are refused, which is fine
   }
-  const auto& [planned, data_offset, header] = layout;
+  const auto& [planned, data_offset, header, by_name] = layout;
   const uint64_t buffer = planned.empty() ? 0 : planned.back().end;
   if (data_offset % Writer::kAlignment != 0 || data_offset != 8 + header.size()) std::abort();
+  for (const auto& t : planned) {
+    if (layout.find(t.name) != &t) std::abort(); // the name index finds every planned tensor
+  }
   std::map<std::string, std::string> parsed_metadata;
   const auto parsed = parse_header(header, header.size(), data_offset + buffer, "round-trip", &parsed_metadata);
   if (!same_layout(planned, parsed) || parsed_metadata != metadata) std::abort();
