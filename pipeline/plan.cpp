@@ -11,6 +11,7 @@
 #include "pipeline/io/index.h"
 #include "pipeline/io/shard_readers.h"
 #include "pipeline/io/strict_json.h"
+#include "pipeline/parallel.h"
 #include "pipeline/pipeline_error.h"
 #include "stages/digest.h"
 #include "stages/factors.h"
@@ -99,14 +100,19 @@ void plan_shards(Plan& plan, int ranks) {
     plan.shards[shard].tasks.push_back(t);
   }
   int next_owner = 0;
+  std::vector<ShardPlan*> changed;
   for (auto& shard : plan.shards) {
     if (!shard.changed) continue;
     shard.owner = next_owner++ % ranks;
+    changed.push_back(&shard);
+  }
+  parallel_for(changed.size(), [&](size_t i) {
+    ShardPlan& shard = *changed[i];
     std::vector<io::TensorSpec> specs;
     specs.reserve(shard.entries.size());
     for (const auto& entry : shard.entries) specs.push_back(entry.spec);
     shard.layout = io::Writer::plan(std::move(specs), shard.metadata);
-  }
+  });
 }
 
 // Each task input's reader and header entry, found by name once here (no chunk looks it up).
@@ -185,10 +191,13 @@ CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* i
   view.config = io::read_config(dir / kConfigFile);
   if (std::filesystem::exists(dir / kHfQuantConfigFile)) view.hf_quant_config = io::read_json_object(dir / kHfQuantConfigFile);
   view.shard_files = shard_files(index);
-  for (size_t s = 0; s < view.shard_files.size(); ++s) {
-    if (!std::filesystem::exists(dir / view.shard_files[s])) {
-      throw PipelineError(fmt::format("{}: shard '{}' named by the index is missing", index_path.string(), view.shard_files[s]));
+  for (const auto& file : view.shard_files) {
+    if (!std::filesystem::exists(dir / file)) {
+      throw PipelineError(fmt::format("{}: shard '{}' named by the index is missing", index_path.string(), file));
     }
+  }
+  readers.open_all(view.shard_files);
+  for (size_t s = 0; s < view.shard_files.size(); ++s) {
     for (const auto& t : readers.get(view.shard_files[s]).tensors()) view.tensors.push_back({{t.name, t.dtype, t.shape}, s});
   }
   view.index();

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "pipeline/io/safetensors.h"
 
@@ -21,6 +22,10 @@ class ShardReaders {
   explicit ShardReaders(std::filesystem::path folder) : folder_(std::move(folder)) {}
 
   const Reader& get(std::string_view file);
+  // Opens the listed shards not open yet, several at once (parallel_for): a model of 46
+  // shards and 100K tensors parses its headers on every core. A shard that cannot be
+  // opened throws as get() would, the first in list order.
+  void open_all(const std::vector<std::string>& files);
   const std::filesystem::path& folder() const { return folder_; }
 
  private:
