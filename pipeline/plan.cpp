@@ -120,8 +120,9 @@ void plan_task_inputs(Plan& plan) {
   for (const auto& task : plan.tasks()) {
     auto& sources = plan.task_sources.emplace_back();
     for (const auto& input : task.inputs) {
-      const io::Reader& reader = plan.source_readers->get(plan.shards[plan.source.at(input).shard].file);
-      sources.push_back({&reader, &reader.tensor(input)});
+      const SourceTensor& tensor = plan.source.at(input);
+      const io::Reader& reader = plan.source_readers->get(plan.shards[tensor.shard].file);
+      sources.push_back({&reader, &reader.tensor(input), size_t(&tensor - plan.source.tensors.data())});
     }
   }
 }
@@ -322,19 +323,24 @@ io::ShardIndex output_index(const Plan& plan) {
   // views into the plan, which outlives this function.
   const size_t sources = plan.source.tensors.size();
   std::vector<std::pair<size_t, std::string_view>> placed; // (source tensor, output name), shard order
+  constexpr size_t kUnset = SIZE_MAX, kMissing = SIZE_MAX - 1; // no entry before; a name no source tensor has
+  const auto position_of = [&](std::string_view name) {
+    const SourceTensor* tensor = plan.source.find(name);
+    return tensor ? size_t(tensor - plan.source.tensors.data()) : kMissing;
+  };
   for (const auto& shard : plan.shards) {
     if (!shard.changed) continue;
     for (const auto& info : shard.layout.tensors) index.total_size += info.end - info.begin;
-    std::string_view last_source;
+    size_t last_source = kUnset;
     for (const auto& entry : shard.entries) {
-      std::string_view from = last_source;
-      if (entry.source == EntrySource::copy) from = entry.from;
+      size_t from = last_source;
+      if (entry.source == EntrySource::copy) from = position_of(entry.from);
       if (entry.source == EntrySource::task_output) {
-        const auto& inputs = plan.tasks()[entry.task].inputs;
-        from = inputs[std::min(entry.output, inputs.size() - 1)];
+        const auto& inputs = plan.task_sources[entry.task]; // resolved at plan time: no lookup by name
+        from = inputs[std::min(entry.output, inputs.size() - 1)].position;
       }
-      if (from.empty()) from = entry.spec.name;
-      if (const SourceTensor* tensor = plan.source.find(from)) placed.emplace_back(size_t(tensor - plan.source.tensors.data()), entry.spec.name);
+      if (from == kUnset) from = position_of(entry.spec.name);
+      if (from != kMissing) placed.emplace_back(from, entry.spec.name);
       last_source = from;
     }
   }

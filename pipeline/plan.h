@@ -35,10 +35,12 @@ struct ShardPlan {
   std::map<std::string, std::string> metadata; // the source shard's __metadata__
 };
 
-// Where one task input is read: its shard's reader and its entry there (both the plan's).
+// Where one task input is read: its shard's reader and its entry there (both the plan's),
+// and its place in Plan::source.tensors.
 struct InputSource {
   const io::Reader* reader = nullptr;
   const io::TensorInfo* tensor = nullptr;
+  size_t position = 0;
 };
 
 // Move-only: shards view the recipe plan's entries, which a move keeps in place.
