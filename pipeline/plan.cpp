@@ -116,13 +116,26 @@ void plan_shards(Plan& plan, int ranks) {
 }
 
 // Each task input's reader and header entry, found by name once here (no chunk looks it up).
+// The view lists each shard's tensors in its reader's order, so the entry is the reader's
+// tensor at the same place within the shard.
 void plan_task_inputs(Plan& plan) {
+  std::vector<size_t> shard_first(plan.shards.size() + 1, 0); // the view's first tensor of each shard
+  for (const auto& tensor : plan.source.tensors) ++shard_first[tensor.shard + 1];
+  for (size_t s = 0; s < plan.shards.size(); ++s) shard_first[s + 1] += shard_first[s];
+  std::vector<const io::Reader*> readers;
+  for (const auto& shard : plan.shards) readers.push_back(&plan.source_readers->get(shard.file));
+  plan.task_sources.reserve(plan.tasks().size());
   for (const auto& task : plan.tasks()) {
     auto& sources = plan.task_sources.emplace_back();
     for (const auto& input : task.inputs) {
       const SourceTensor& tensor = plan.source.at(input);
-      const io::Reader& reader = plan.source_readers->get(plan.shards[tensor.shard].file);
-      sources.push_back({&reader, &reader.tensor(input), size_t(&tensor - plan.source.tensors.data())});
+      const size_t position = size_t(&tensor - plan.source.tensors.data());
+      const io::Reader& reader = *readers[tensor.shard];
+      const io::TensorInfo& info = reader.tensors().at(position - shard_first[tensor.shard]);
+      if (info.name != input) {
+        throw PipelineError(fmt::format("{}: the plan's view of '{}' is out of step with the shard's header", reader.path().string(), input));
+      }
+      sources.push_back({&reader, &info, position});
     }
   }
 }

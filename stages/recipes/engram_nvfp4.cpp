@@ -31,15 +31,20 @@ Task table_task(const EngramTable& table, const RecipeParams& params, size_t ind
 }
 
 // The table's two tensors become weight / weight_scale, and weight_scale_2 follows them.
-std::optional<std::vector<ShardEntry>> replace_table_tensor(const RecipePlan& plan, const SourceTensor& tensor) {
+bool replace_table_tensor(const RecipePlan& plan, const SourceTensor& tensor, std::vector<ShardEntry>& entries) {
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const Task& task = plan.tasks[t];
-    if (tensor.spec.name == task.inputs[0]) return std::vector<ShardEntry>{task_output_entry(task, t, 0)};
+    if (tensor.spec.name == task.inputs[0]) {
+      entries.push_back(task_output_entry(task, t, 0));
+      return true;
+    }
     if (tensor.spec.name == task.inputs[1]) {
-      return std::vector<ShardEntry>{task_output_entry(task, t, 1), group_scalar_entry(task.name + ".weight_scale_2", t)};
+      entries.push_back(task_output_entry(task, t, 1));
+      entries.push_back(group_scalar_entry(task.name + ".weight_scale_2", t));
+      return true;
     }
   }
-  return std::nullopt;
+  return false;
 }
 
 Json table_report(const Task& task, const TaskTotals& totals, const RecipeParams& params) {
@@ -99,7 +104,8 @@ RecipePlan EngramNvfp4Recipe::plan(const RecipeInputs& inputs) const {
     shards.insert(table.shard);
   }
   plan.groups = plan.tasks.size();
-  plan_changed_shards(source, shards, [&](const SourceTensor& t) { return replace_table_tensor(plan, t); }, plan);
+  plan_changed_shards(
+      source, shards, [&](const SourceTensor& t, std::vector<ShardEntry>& entries) { return replace_table_tensor(plan, t, entries); }, plan);
   plan.config = source.config;
   auto& text_config = plan.config.contains("text_config") ? plan.config["text_config"] : plan.config;
   text_config["engram_embed_quant"] = "nvfp4";

@@ -65,11 +65,7 @@ void plan_changed_shards(const CheckpointView& source, const std::set<size_t>& s
   for (const SourceTensor& tensor : source.tensors) {
     if (!shards.count(tensor.shard)) continue;
     auto& entries = plan.shards[tensor.shard];
-    if (auto replaced = replace(tensor)) {
-      for (auto& entry : *replaced) entries.push_back(std::move(entry));
-    } else {
-      entries.push_back(copy_entry(tensor.spec, tensor.spec.name));
-    }
+    if (!replace(tensor, entries)) entries.push_back(copy_entry(tensor.spec, tensor.spec.name));
   }
 }
 

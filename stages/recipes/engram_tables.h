@@ -4,7 +4,6 @@
 
 #include <functional>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,9 +34,9 @@ std::string engram_prefix(int layer); // layers.L.engram.embed
 void expect_tensor(const CheckpointView& view, const SourceTensor& tensor, Dtype dtype,
                    const std::vector<uint64_t>& shape);
 
-// Lays out each listed shard in source order: a tensor is copied unless `replace`
-// returns the entries that take its place (none: dropped).
-using ReplaceTensor = std::function<std::optional<std::vector<ShardEntry>>(const SourceTensor&)>;
+// Lays out each listed shard in source order: a tensor is copied unless `replace` returns
+// true, having appended to `entries` those that take its place (none: dropped).
+using ReplaceTensor = std::function<bool(const SourceTensor&, std::vector<ShardEntry>& entries)>;
 void plan_changed_shards(const CheckpointView& source, const std::set<size_t>& shards, const ReplaceTensor& replace,
                          RecipePlan& plan);
 

@@ -185,19 +185,22 @@ struct Planner {
 
   // An expert's two tensors become weight / weight_scale, then weight_scale_2 and (main
   // layers) input_scale; a table's keep their names in MXFP4.
-  std::optional<std::vector<ShardEntry>> replace(const SourceTensor& tensor) const {
+  bool replace(const SourceTensor& tensor, std::vector<ShardEntry>& entries) const {
     const auto it = task_of_input.find(tensor.spec.name);
-    if (it == task_of_input.end()) return std::nullopt;
+    if (it == task_of_input.end()) return false;
     const size_t t = it->second;
     const Task& task = plan.tasks[t];
-    if (tensor.spec.name == task.inputs[0]) return std::vector<ShardEntry>{task_output_entry(task, t, 0)};
-    std::vector<ShardEntry> entries = {task_output_entry(task, t, 1)};
+    if (tensor.spec.name == task.inputs[0]) {
+      entries.push_back(task_output_entry(task, t, 0));
+      return true;
+    }
+    entries.push_back(task_output_entry(task, t, 1));
     if (task.codec == CodecKind::transcode_mxfp4_nvfp4) {
       entries.push_back(group_scalar_entry(task.name + ".weight_scale_2", t));
       const auto scale = input_scales.find(task.name + ".input_scale");
       if (scale != input_scales.end()) entries.push_back(constant_entry({scale->first, Dtype::F32, {}}, f32_bytes(scale->second)));
     }
-    return entries;
+    return true;
   }
 };
 
@@ -236,7 +239,8 @@ RecipePlan Nvfp4_1017Recipe::plan(const RecipeInputs& inputs) const {
     planner.add_task(table_task(table, inputs.params, plan.groups++));
     shards.insert(table.shard);
   }
-  plan_changed_shards(source, shards, [&](const SourceTensor& t) { return planner.replace(t); }, plan);
+  plan_changed_shards(
+      source, shards, [&](const SourceTensor& t, std::vector<ShardEntry>& entries) { return planner.replace(t, entries); }, plan);
   check_reference_layout(plan, source, reference, inputs.params.keep_mtp);
   plan.config = reference.config;
   auto& text_config = plan.config.contains("text_config") ? plan.config["text_config"] : plan.config;

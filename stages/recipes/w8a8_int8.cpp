@@ -133,13 +133,13 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   }
   plan.groups = plan.tasks.size();
   // weight -> the re-encoded weight; scale -> weight_scale (INT8) or nothing (BF16).
-  const auto replace = [&](const SourceTensor& tensor) -> std::optional<std::vector<ShardEntry>> {
+  const auto replace = [&](const SourceTensor& tensor, std::vector<ShardEntry>& entries) {
     const size_t task_index = task_of_input[position(tensor)];
-    if (task_index == kNoTask) return std::nullopt;
+    if (task_index == kNoTask) return false;
     const Task& task = plan.tasks[task_index];
-    if (tensor.spec.name == task.inputs[0]) return std::vector<ShardEntry>{task_output_entry(task, task_index, 0)};
-    if (task.outputs.size() == 2) return std::vector<ShardEntry>{task_output_entry(task, task_index, 1)};
-    return std::vector<ShardEntry>{};
+    if (tensor.spec.name == task.inputs[0]) entries.push_back(task_output_entry(task, task_index, 0));
+    else if (task.outputs.size() == 2) entries.push_back(task_output_entry(task, task_index, 1));
+    return true;
   };
   plan_changed_shards(source, shards, replace, plan);
   plan.config = source.config;
