@@ -337,11 +337,11 @@ void Coordinator::finish_run() {
 
 void Coordinator::save(bool force) {
   const auto now = std::chrono::steady_clock::now();
-  // Space saves so that they never take more than ~5% of the run. Paced by the journal
+  // Space saves so that they take no more than ~5% of the run. Paced by the journal
   // appends only: a base rewrite (at the start, when blobs change, once the journal
   // outgrows the base) is paid for by the appends before it, and pacing by it would leave
   // the first seconds of a large plan unrecorded.
-  const double interval = std::max(kSaveIntervalSeconds, 20.0 * last_save_seconds_);
+  const double interval = std::max(kSaveIntervalSeconds, 20.0 * typical_append_seconds());
   if (!force && (!dirty_ || std::chrono::duration<double>(now - last_save_).count() < interval)) return;
   state_.elapsed_seconds = elapsed_before_ + std::chrono::duration<double>(now - start_).count();
   ++state_.generation;
@@ -362,7 +362,15 @@ void Coordinator::save(bool force) {
   write_rank_figures(force);
   dirty_ = false;
   last_save_ = std::chrono::steady_clock::now();
-  if (!base) last_save_seconds_ = std::chrono::duration<double>(last_save_ - now).count();
+  if (!base) append_seconds_[appends_++ % append_seconds_.size()] = std::chrono::duration<double>(last_save_ - now).count();
+}
+
+double Coordinator::typical_append_seconds() const {
+  const size_t known = std::min(appends_, append_seconds_.size());
+  if (known == 0) return 0.0;
+  auto sorted = append_seconds_;
+  std::sort(sorted.begin(), sorted.begin() + long(known));
+  return sorted[(known - 1) / 2]; // the lower median: of two, a stall is the one left out
 }
 
 // For `shardq status`: each rank's host, threads and rows this run, beside the checkpoint

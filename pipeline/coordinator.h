@@ -3,6 +3,7 @@
 // side files and report last, and turns a stop signal into a flushed checkpoint and exit 75.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -56,6 +57,7 @@ class Coordinator {
   void finalize_ready_shards();
   void finish_run();
   void save(bool force);
+  double typical_append_seconds() const; // the median of the recent journal appends (0 before any)
   void write_rank_figures(bool force);
   bool is_finished(const std::string& step) const;
   // Records a finished step; forced: saved now (otherwise with the next save).
@@ -95,7 +97,10 @@ class Coordinator {
   bool base_due_ = true;
   uint64_t base_bytes_ = 0, journal_bytes_ = 0;
   std::chrono::steady_clock::time_point last_save_;
-  double last_save_seconds_ = 0;
+  // The last few journal appends' durations: saves are spaced by their median, so that one
+  // append stalled behind the disk's writeback does not silence saves for 20 times its length.
+  std::array<double, 5> append_seconds_{};
+  size_t appends_ = 0;
   double elapsed_before_ = 0;
   std::chrono::steady_clock::time_point start_;
   Progress progress_;

@@ -128,9 +128,9 @@ killed_s=$(seconds_since "$start")
 sleep 0.2 # the killed ranks' ends
 pending=$(pending_count "$CKPT" chunks)
 # Saves are paced to cost at most ~5% of the run (docs/checkpoint.md): the checkpoint may
-# trail the kill by a second or two (a slow first append, 20 times which the next waits,
-# once left only the first chunk recorded at half the run). It must still have recorded a
-# good part of what was done.
+# trail the kill by a second or two (spaced by 20 times the median of the recent appends;
+# before, by 20 times the last one, a slow first append once left only the first chunk
+# recorded at half the run). It must still have recorded a good part of what was done.
 ((pending < chunks - chunks / 16)) ||
   fail "the killed run recorded too little: $pending of $chunks chunks pending after $killed_at done"
 ((pending > 0)) || fail "the killed run recorded every chunk"
