@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "pipeline/io/contiguous_runs.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/test_hooks.h"
 #include "stages/write.h"
@@ -65,31 +66,18 @@ io::Writer& OutputFiles::writer(size_t shard) const {
 }
 
 void OutputFiles::write_chunks(std::span<const ChunkWrite> chunks) {
-  struct Piece {
-    size_t shard;
-    WritePiece write;
-  };
-  std::vector<Piece> pieces;
+  std::vector<io::Transfer<size_t, const uint8_t>> pieces; // shard, offset in its data buffer, bytes
   for (const ChunkWrite& chunk : chunks) {
     const Task& task = plan_.tasks()[chunk.task];
     for (size_t o = 0; o < task.outputs.size(); ++o) {
       const auto slot = task_output_slot(plan_, chunk.task, o);
-      pieces.push_back({task.shard, plan_rows_write(chunk.buffers->at(o), chunk.first_row, chunk.rows, slot, task.outputs[o].name)});
+      const WritePiece piece = plan_rows_write(chunk.buffers->at(o), chunk.first_row, chunk.rows, slot, task.outputs[o].name);
+      pieces.push_back({task.shard, piece.offset, piece.bytes});
     }
   }
-  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
-    return a.shard != b.shard ? a.shard < b.shard : a.write.offset < b.write.offset;
+  io::for_each_contiguous_run(pieces, [&](size_t shard, uint64_t offset, std::span<const std::span<const uint8_t>> run) {
+    writer(shard).write_gathered(offset, run);
   });
-  std::vector<std::span<const uint8_t>> run;
-  for (size_t begin = 0, end = 0; begin < pieces.size(); begin = end) {
-    run.assign(1, pieces[begin].write.bytes);
-    uint64_t next = pieces[begin].write.offset + pieces[begin].write.bytes.size();
-    for (end = begin + 1; end < pieces.size() && pieces[end].shard == pieces[begin].shard && pieces[end].write.offset == next; ++end) {
-      run.push_back(pieces[end].write.bytes);
-      next += pieces[end].write.bytes.size();
-    }
-    writer(pieces[begin].shard).write_gathered(pieces[begin].write.offset, run);
-  }
 }
 
 void OutputFiles::sync(const std::set<size_t>& shards) {

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "kernels/gptq.h"
+#include "pipeline/io/contiguous_runs.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/test_hooks.h"
 #include "stages/amax.h"
@@ -288,19 +289,9 @@ void Worker::read_batch(ReadBatch& batch) const {
   for (auto& read : batch) {
     if (read.rows) plan_reads(read.item, *read.rows, pieces);
   }
-  std::sort(pieces.begin(), pieces.end(), [](const PieceRead& a, const PieceRead& b) {
-    return a.reader != b.reader ? std::less<>()(a.reader, b.reader) : a.offset < b.offset;
+  io::for_each_contiguous_run(pieces, [](const io::Reader* reader, uint64_t offset, std::span<const std::span<uint8_t>> run) {
+    reader->read_gathered(offset, run);
   });
-  std::vector<std::span<uint8_t>> run;
-  for (size_t begin = 0, end = 0; begin < pieces.size(); begin = end) {
-    run.assign(1, pieces[begin].out);
-    uint64_t next = pieces[begin].offset + pieces[begin].out.size();
-    for (end = begin + 1; end < pieces.size() && pieces[end].reader == pieces[begin].reader && pieces[end].offset == next; ++end) {
-      run.push_back(pieces[end].out);
-      next += pieces[end].out.size();
-    }
-    pieces[begin].reader->read_gathered(pieces[begin].offset, run);
-  }
 }
 
 ChunkInput Worker::chunk_input(const WorkItem& item, const SourceRows& rows) const {

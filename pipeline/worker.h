@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "pipeline/chunk_writer.h"
+#include "pipeline/io/contiguous_runs.h"
 #include "pipeline/link.h"
 #include "pipeline/output_files.h"
 #include "pipeline/plan.h"
@@ -86,12 +87,8 @@ class Worker {
   // A chunk for this rank's writer is appended to `written` (pushed once per batch).
   void do_encode(const WorkItem& item, SourceRows& rows, EncodedChunk& out, std::vector<ChunkOut>& written);
   void emit(int dest, Tag tag, std::vector<uint8_t> bytes);
-  // One input's rows to read: where in its shard's data buffer, into which bytes.
-  struct PieceRead {
-    const io::Reader* reader;
-    uint64_t offset;
-    std::span<uint8_t> out;
-  };
+  // One input's rows to read: its shard, where in the data buffer, into which bytes.
+  using PieceRead = io::Transfer<const io::Reader*, uint8_t>;
   void plan_reads(const WorkItem& item, SourceRows& rows, std::vector<PieceRead>& pieces) const;
   void read_batch(ReadBatch& batch) const;
   ChunkInput chunk_input(const WorkItem& item, const SourceRows& rows) const;
