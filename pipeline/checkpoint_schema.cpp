@@ -44,13 +44,6 @@ template <class Visit, class... Stats> void for_each_stat_indexed(Visit&& visit,
   for_each_stat([&](const char* name, auto&... fields) { visit(index++, name, fields...); }, stats...);
 }
 
-constexpr size_t stat_fields() {
-  size_t count = 0;
-  ChunkStats stats;
-  for_each_stat([&](const char*, const auto&) { ++count; }, stats);
-  return count;
-}
-
 void write_chunk_stats(hdf5::FileWriter& w, hid_t chunks_group, const std::vector<ChunkRecord>& chunks) {
   Hid group = w.group(chunks_group, "stats");
   w.string_attr(group.get(), "sum_encoding", "*_sq: [high, low] u64 words of a 128-bit integer count of 2^-64");

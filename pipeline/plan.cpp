@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <string_view>
 
 #include "kernels/formats.h"
@@ -48,26 +47,22 @@ RecipeParams recipe_params(const Job& job) {
 // range, as "file:size:offset;" then "name:dtype:begin-end;" per tensor.
 std::string headers_text(io::ShardReaders& readers, const std::vector<std::string>& files) {
   std::string text;
-  const auto append_number = [&text](uint64_t value) {
-    char digits[20];
-    text.append(digits, std::to_chars(digits, digits + sizeof digits, value).ptr);
-  };
   for (const auto& file : files) {
     const io::Reader& reader = readers.get(file);
     text += file;
     text += ':';
-    append_number(reader.file_size());
+    io::append_decimal(text, reader.file_size());
     text += ':';
-    append_number(reader.data_offset());
+    io::append_decimal(text, reader.data_offset());
     text += ';';
     for (const auto& t : reader.tensors()) {
       text += t.name;
       text += ':';
       text += io::dtype_name(t.dtype);
       text += ':';
-      append_number(t.begin);
+      io::append_decimal(text, t.begin);
       text += '-';
-      append_number(t.end);
+      io::append_decimal(text, t.end);
       text += ';';
     }
   }

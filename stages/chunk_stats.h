@@ -134,6 +134,14 @@ constexpr void for_each_stat(Visit&& visit, Stats&... s) {
   visit("weighted_reference_sq", s.weighted_reference_sq...);
 }
 
+// The fields of ChunkStats (for_each_stat's visits).
+constexpr size_t stat_fields() {
+  size_t fields = 0;
+  const ChunkStats stats;
+  for_each_stat([&](const char*, const auto&) { ++fields; }, stats);
+  return fields;
+}
+
 // The 64-bit words of one ChunkStats (for_each_word over every field).
 constexpr size_t stat_words() {
   size_t words = 0;

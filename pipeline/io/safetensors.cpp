@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <charconv>
 #include <utility>
 
 #include "pipeline/io/direct_writer.h"
@@ -161,10 +160,6 @@ std::string header_json(const std::vector<TensorInfo>& tensors, const std::map<s
   std::string text = "{";
   try {
     if (!metadata.empty()) text += "\"__metadata__\":" + Json(metadata).dump();
-    const auto append_number = [&text](uint64_t value) {
-      char digits[20];
-      text.append(digits, std::to_chars(digits, digits + sizeof digits, value).ptr);
-    };
     for (const TensorInfo& t : tensors) {
       if (text.size() > 1) text += ',';
       append_json_string(text, t.name); // escaped; throws type_error on invalid UTF-8
@@ -173,12 +168,12 @@ std::string header_json(const std::vector<TensorInfo>& tensors, const std::map<s
       text += "\",\"shape\":[";
       for (size_t d = 0; d < t.shape.size(); ++d) {
         if (d) text += ',';
-        append_number(t.shape[d]);
+        append_decimal(text, t.shape[d]);
       }
       text += "],\"data_offsets\":[";
-      append_number(t.begin);
+      append_decimal(text, t.begin);
       text += ',';
-      append_number(t.end);
+      append_decimal(text, t.end);
       text += "]}";
     }
   } catch (const Json::type_error& e) {

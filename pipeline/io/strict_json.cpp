@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <unordered_set>
 #include <vector>
 
@@ -115,6 +116,11 @@ void append_json_string(std::string& out, std::string_view text) {
   out += '"';
   out += text;
   out += '"';
+}
+
+void append_decimal(std::string& out, uint64_t value) {
+  char digits[20];
+  out.append(digits, std::to_chars(digits, digits + sizeof digits, value).ptr);
 }
 
 void append_new_key(nlohmann::ordered_json& object, std::string key, nlohmann::ordered_json value) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,8 @@ nlohmann::ordered_json parse_json_strict(std::string_view text, const std::strin
 // Plain printable ASCII, which is nearly every tensor and file name, is quoted without
 // building a JSON value.
 void append_json_string(std::string& out, std::string_view text);
+// Appends VALUE in decimal (as dump() writes an unsigned number), without a formatter.
+void append_decimal(std::string& out, uint64_t value);
 
 // Adds `key: value` at the end of an ordered object in O(1). ordered_json's operator[] and
 // emplace first search the keys linearly, so filling a 100K-key object through them is
