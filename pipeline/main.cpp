@@ -1,7 +1,6 @@
 // shardq entry point: parses the CLI and turns any error into one line and an exit code.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 
@@ -23,13 +22,6 @@ void install_stop_signals_for_run(int argc, char** argv, char**) {
   }
 }
 [[gnu::section(".preinit_array"), gnu::used]] constexpr auto kStopSignalsFirst = &install_stop_signals_for_run;
-
-// shardq's compute threads call BLAS one thread each (gptq_pin_blas_threads). OpenBLAS
-// reads OPENBLAS_NUM_THREADS in its library constructor and starts a pool of that many
-// threads there, which spin on sched_yield for ~0.1 s of a core each before they sleep:
-// set before any shared library's constructor, no pool is started at all.
-void one_blas_thread(int, char**, char**) { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
-[[gnu::section(".preinit_array"), gnu::used]] constexpr auto kOneBlasThread = &one_blas_thread;
 
 void add_inspect(CLI::App& app, shardq::InspectArgs& args) {
   auto* sub = app.add_subcommand("inspect", "Print the tensor table of one shard");

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace shardq {
@@ -385,6 +386,13 @@ std::vector<float> gptq_factor_fp32(const double* upper) {
 }
 
 void gptq_pin_blas_threads() { openblas_set_num_threads(1); }
+
+namespace {
+// One BLAS thread per calling thread from the start: OpenBLAS (linked statically, see
+// CMakeLists.txt) reads OPENBLAS_NUM_THREADS in its default-priority constructor and starts
+// a pool of that many threads, each spinning ~0.1 s of a core before it sleeps.
+[[gnu::constructor(101)]] void one_blas_thread_before_openblas_starts() { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
+} // namespace
 
 void gptq_quantize_rows(const float* x, int rows, const float* upper, float global_scale, const ScaleSearch& search,
                         int block_width, uint8_t* packed, uint8_t* scales, BlockStats& stats,
