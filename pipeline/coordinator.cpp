@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "pipeline/io/atomic_file.h"
 #include "pipeline/io/config.h"
+#include "pipeline/io/index.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/report.h"
 #include "pipeline/signals.h"
@@ -101,6 +103,11 @@ Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& output
   progress_.set_done(skipped);
   blobs_digest_ = blobs_digest(state_.blobs);
   for (size_t t = 0; t < tasks.size(); ++t) enqueue_if_ready(t);
+  if (!is_finished("index")) {
+    index_text_ = std::async(std::launch::async, [&plan = plan_] {
+      return io::index_text(plan.dst / io::kIndexFileName, output_index(plan));
+    });
+  }
   save(true);
 }
 
@@ -314,7 +321,7 @@ void Coordinator::finalize_ready_shards() {
 void Coordinator::finish_run() {
   if (!is_finished("index")) {
     crash_point("index");
-    io::write_index(plan_.dst / io::kIndexFileName, output_index(plan_));
+    io::write_file_atomic(plan_.dst / io::kIndexFileName, index_text_.get());
     mark_finished("index");
   }
   if (!is_finished("config")) {

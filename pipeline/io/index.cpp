@@ -165,7 +165,7 @@ ShardIndex load_index(const std::filesystem::path& index_file) {
   return index;
 }
 
-void write_index(const std::filesystem::path& index_file, const ShardIndex& index) {
+std::string index_text(const std::filesystem::path& index_file, const ShardIndex& index) {
   Json metadata = Json::object();
   metadata["total_size"] = index.total_size;
   for (const auto& [key, value] : index.extra_metadata.items()) {
@@ -196,7 +196,11 @@ void write_index(const std::filesystem::path& index_file, const ShardIndex& inde
     append_quoted(text, shard, index_file);
   }
   text += index.weight_map.empty() ? "}\n}\n" : "\n  }\n}\n";
-  write_file_atomic(index_file, text);
+  return text;
+}
+
+void write_index(const std::filesystem::path& index_file, const ShardIndex& index) {
+  write_file_atomic(index_file, index_text(index_file, index));
 }
 
 } // namespace shardq::io

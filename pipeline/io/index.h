@@ -50,9 +50,11 @@ void validate_shards(const std::filesystem::path& index_file, const ShardIndex& 
 // read_index + validate_shards: what a loader of a source checkpoint wants.
 ShardIndex load_index(const std::filesystem::path& index_file);
 
-// Writes atomically (tmp + fsync + rename + fsync folder), indent 2, trailing newline:
-// what nlohmann's dump(2) gives for {"metadata": {"total_size", extra...}, "weight_map"},
-// written line by line (an ordered_json of 100K keys costs seconds to fill).
+// The index's text, indent 2, trailing newline: what nlohmann's dump(2) gives for
+// {"metadata": {"total_size", extra...}, "weight_map"}, written line by line (an
+// ordered_json of 100K keys costs seconds to fill). index_file names it in errors.
+std::string index_text(const std::filesystem::path& index_file, const ShardIndex& index);
+// index_text, written atomically (tmp + fsync + rename + fsync folder).
 void write_index(const std::filesystem::path& index_file, const ShardIndex& index);
 
 } // namespace shardq::io

@@ -450,10 +450,19 @@ void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes)
   const DirectWriter::Range pages = direct_->pages_inside(offset, bytes.size());
   if (pages.empty() || !direct_->write(bytes, offset, pages)) {
     pwrite_full(fd_, bytes.data(), bytes.size(), offset, label);
+    start_writeback(offset, bytes.size());
     return;
   }
   pwrite_full(fd_, bytes.data(), pages.begin - offset, offset, label);
   pwrite_full(fd_, bytes.data() + (pages.end - offset), offset + bytes.size() - pages.end, pages.end, label);
+}
+
+// A hint, not a guarantee (sync() makes the bytes durable): the disk starts on them now,
+// while the next chunks are computed, instead of at the batch's fsync, which then waits
+// for the rest only. Without it a 50K-tensor job's writes sat in the page cache until
+// each shard's fsync, and the last fsyncs ran on after the compute (~0.1 s of 0.9 s).
+void Writer::start_writeback(uint64_t offset, uint64_t size) const {
+  ::sync_file_range(fd_, off64_t(offset), off64_t(size), SYNC_FILE_RANGE_WRITE);
 }
 
 void Writer::write_gathered(uint64_t buffer_offset, std::span<const std::span<const uint8_t>> pieces) {
@@ -466,6 +475,7 @@ void Writer::write_gathered(uint64_t buffer_offset, std::span<const std::span<co
     if (run_end == run_begin) return;
     check_writable(run_offset, run_bytes);
     pwritev_full(fd_, pieces.subspan(run_begin, run_end - run_begin), layout_.data_offset + run_offset, partial_path_.string());
+    start_writeback(layout_.data_offset + run_offset, run_bytes);
   };
   for (size_t i = 0; i < pieces.size(); ++i) {
     const uint64_t size = pieces[i].size();

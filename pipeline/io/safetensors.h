@@ -136,6 +136,7 @@ class Writer {
  private:
   void reserve_space(); // statvfs check, then posix_fallocate (ftruncate where unsupported)
   void check_writable(uint64_t buffer_offset, uint64_t size) const; // open, and inside the data buffer
+  void start_writeback(uint64_t offset, uint64_t size) const; // of bytes just written through the page cache
 
   std::filesystem::path final_path_;
   std::filesystem::path partial_path_;
