@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -62,6 +63,7 @@ void append_quoted(std::string& out, std::string_view text, const std::filesyste
 std::optional<ShardIndex> read_simple_index(std::string_view text) {
   PlainJson json(text);
   ShardIndex index;
+  index.weight_map.reserve(size_t(std::count(text.begin(), text.end(), ':'))); // at least one per entry
   bool seen_metadata = false, seen_weight_map = false;
   const bool read = json.object([&](std::string_view key) {
     if (key == "metadata" && !seen_metadata) {

@@ -355,28 +355,30 @@ FileLayout Writer::plan(std::vector<TensorSpec> specs, const std::map<std::strin
 }
 
 Writer::Writer(const std::filesystem::path& final_path, std::vector<TensorSpec> specs, const std::map<std::string, std::string>& metadata)
-    : Writer(final_path, plan(std::move(specs), metadata)) {}
+    : final_path_(final_path), partial_path_(final_path.string() + ".partial"),
+      owned_layout_(std::make_unique<const FileLayout>(plan(std::move(specs), metadata))), layout_(owned_layout_.get()) {}
 
-Writer::Writer(const std::filesystem::path& final_path, FileLayout layout)
-    : final_path_(final_path), partial_path_(final_path.string() + ".partial"), layout_(std::move(layout)) {}
+Writer::Writer(const std::filesystem::path& final_path, const FileLayout& layout)
+    : final_path_(final_path), partial_path_(final_path.string() + ".partial"), layout_(&layout) {}
 
 Writer::Writer(Writer&& other) noexcept
     : final_path_(std::move(other.final_path_)), partial_path_(std::move(other.partial_path_)),
-      layout_(std::move(other.layout_)), fd_(std::exchange(other.fd_, -1)), direct_(std::move(other.direct_)) {}
+      owned_layout_(std::move(other.owned_layout_)), layout_(other.layout_), fd_(std::exchange(other.fd_, -1)),
+      direct_(std::move(other.direct_)) {}
 
 Writer::~Writer() {
   if (fd_ >= 0) ::close(fd_);
 }
 
 const TensorInfo& Writer::tensor(std::string_view name) const {
-  const TensorInfo* found = layout_.find(name);
+  const TensorInfo* found = layout_->find(name);
   if (!found) throw IoError(fmt::format("{}: no tensor '{}' planned", final_path_.string(), name));
   return *found;
 }
 
-uint64_t Writer::buffer_size() const { return layout_.tensors.empty() ? 0 : layout_.tensors.back().end; }
+uint64_t Writer::buffer_size() const { return layout_->tensors.empty() ? 0 : layout_->tensors.back().end; }
 
-uint64_t Writer::file_size() const { return layout_.data_offset + buffer_size(); }
+uint64_t Writer::file_size() const { return layout_->data_offset + buffer_size(); }
 
 void Writer::reserve_space() {
   const std::string label = partial_path_.string();
@@ -413,11 +415,12 @@ void Writer::open(bool resume) {
     if (fd_ < 0) throw IoError(fmt::format("{}: cannot create: {}", label, errno_text(errno)));
     reserve_space();
   }
-  std::string prefix(8, '\0');
-  const uint64_t header_length = layout_.header.size();
-  for (size_t i = 0; i < 8; ++i) prefix[i] = char(uint8_t(header_length >> (8 * i)));
-  prefix += layout_.header;
-  pwrite_full(fd_, reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size(), 0, label);
+  std::array<uint8_t, 8> header_length{};
+  for (size_t i = 0; i < 8; ++i) header_length[i] = uint8_t(uint64_t(layout_->header.size()) >> (8 * i));
+  const std::array<std::span<const uint8_t>, 2> prefix = {
+      std::span<const uint8_t>(header_length),
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(layout_->header.data()), layout_->header.size())};
+  pwritev_full(fd_, prefix, 0, label);
   direct_ = std::make_unique<DirectWriter>(partial_path_);
 }
 
@@ -446,7 +449,7 @@ void Writer::check_writable(uint64_t buffer_offset, uint64_t size) const {
 void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes) {
   check_writable(buffer_offset, bytes.size());
   const std::string label = partial_path_.string();
-  const uint64_t offset = layout_.data_offset + buffer_offset;
+  const uint64_t offset = layout_->data_offset + buffer_offset;
   const DirectWriter::Range pages = direct_->pages_inside(offset, bytes.size());
   if (pages.empty() || !direct_->write(bytes, offset, pages)) {
     pwrite_full(fd_, bytes.data(), bytes.size(), offset, label);
@@ -474,8 +477,8 @@ void Writer::write_gathered(uint64_t buffer_offset, std::span<const std::span<co
   const auto write_run = [&](size_t run_end) {
     if (run_end == run_begin) return;
     check_writable(run_offset, run_bytes);
-    pwritev_full(fd_, pieces.subspan(run_begin, run_end - run_begin), layout_.data_offset + run_offset, partial_path_.string());
-    start_writeback(layout_.data_offset + run_offset, run_bytes);
+    pwritev_full(fd_, pieces.subspan(run_begin, run_end - run_begin), layout_->data_offset + run_offset, partial_path_.string());
+    start_writeback(layout_->data_offset + run_offset, run_bytes);
   };
   for (size_t i = 0; i < pieces.size(); ++i) {
     const uint64_t size = pieces[i].size();
