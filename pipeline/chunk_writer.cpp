@@ -81,6 +81,7 @@ void ChunkWriter::run() {
   uint64_t unsynced_bytes = 0;
   std::chrono::steady_clock::time_point sync_due; // when the oldest unsynced chunk must be synced
   try {
+    outputs_.write_fixed_entries(); // before any chunk: the disk starts on them at once
     for (;;) {
       std::vector<ChunkOut> taken;
       {

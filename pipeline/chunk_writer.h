@@ -4,7 +4,9 @@
 // one fsync of each shard written since the last covers everything in it, so the disk
 // sees large writes while the compute thread goes on with the next chunk. Batches are
 // timed to the checkpoint (which records at most every 0.5 s), not to each chunk: a plan
-// of 50K small chunks costs a few fsyncs per second, not several per chunk.
+// of 50K small chunks costs a few fsyncs per second, not several per chunk. Before the
+// first chunk it writes the copied tensors and constants of the shards this rank
+// finalizes (OutputFiles::write_fixed_entries), so finalizing is left the scalars and rename.
 #pragma once
 
 #include <condition_variable>

@@ -56,6 +56,11 @@ void OutputFiles::open_mine() {
   }
 }
 
+bool OutputFiles::holds(size_t shard) const {
+  std::lock_guard lock(writers_mutex_);
+  return writers_.count(shard) != 0;
+}
+
 io::Writer& OutputFiles::writer(size_t shard) const {
   std::lock_guard lock(writers_mutex_);
   const auto it = writers_.find(shard);
@@ -99,28 +104,40 @@ void OutputFiles::copy_tensor(io::Writer& out, const io::Reader& source, const S
   }
 }
 
+void OutputFiles::write_fixed_entries() {
+  try {
+    for (size_t shard = 0; shard < plan_.shards.size(); ++shard) {
+      const ShardPlan& plan_shard = plan_.shards[shard];
+      if (writer_of(shard) != rank_ || !holds(shard)) continue; // finalized by another rank, or before
+      io::Writer& out = writer(shard);
+      const io::Reader& source = plan_.source_readers->get(plan_shard.file);
+      for (size_t e = 0; e < plan_shard.entries.size(); ++e) {
+        const ShardEntry& entry = plan_shard.entries[e];
+        const io::TensorInfo& to = plan_shard.layout.tensors[e];
+        if (entry.source == EntrySource::copy) copy_tensor(out, source, entry, to);
+        if (entry.source == EntrySource::constant) out.write_bytes(to.begin, entry.bytes);
+      }
+    }
+    fixed_entries_written_.set_value();
+  } catch (...) {
+    fixed_entries_written_.set_exception(std::current_exception());
+    throw;
+  }
+}
+
 void OutputFiles::finalize(size_t shard, std::span<const float> group_scalars) {
+  fixed_entries_.get(); // rethrows the writer thread's error
   const ShardPlan& plan_shard = plan_.shards[shard];
   io::Writer& out = writer(shard);
-  const io::Reader& source = plan_.source_readers->get(plan_shard.file);
   size_t next_scalar = 0;
   for (size_t e = 0; e < plan_shard.entries.size(); ++e) {
-    const ShardEntry& entry = plan_shard.entries[e];
-    const io::TensorInfo& to = plan_shard.layout.tensors[e];
-    switch (entry.source) {
-      case EntrySource::copy: copy_tensor(out, source, entry, to); break;
-      case EntrySource::constant: out.write_bytes(to.begin, entry.bytes); break;
-      case EntrySource::group_scalar: {
-        if (next_scalar >= group_scalars.size()) {
-          throw PipelineError(fmt::format("{}: fewer group scalars received than planned", plan_shard.file));
-        }
-        uint8_t bytes[4];
-        std::memcpy(bytes, &group_scalars[next_scalar++], 4); // F32 little-endian (the only byte order we build for)
-        out.write_bytes(to.begin, bytes);
-        break;
-      }
-      case EntrySource::task_output: break; // written chunk by chunk
+    if (plan_shard.entries[e].source != EntrySource::group_scalar) continue;
+    if (next_scalar >= group_scalars.size()) {
+      throw PipelineError(fmt::format("{}: fewer group scalars received than planned", plan_shard.file));
     }
+    uint8_t bytes[4];
+    std::memcpy(bytes, &group_scalars[next_scalar++], 4); // F32 little-endian (the only byte order we build for)
+    out.write_bytes(plan_shard.layout.tensors[e].begin, bytes);
   }
   if (next_scalar != group_scalars.size()) {
     throw PipelineError(fmt::format("{}: {} group scalars received, {} planned", plan_shard.file, group_scalars.size(), next_scalar));

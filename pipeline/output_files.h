@@ -1,7 +1,9 @@
 // The output shards this rank writes: opened once before work starts, written by pwrite
-// from one writer thread, fsynced in batches (ChunkWriter), finalized (copies, scalars, rename) by one rank.
+// from one writer thread (first the copied tensors and constants, then the chunks),
+// fsynced in batches (ChunkWriter), finalized (scalars, fsync, rename) by one rank.
 #pragma once
 
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,12 +43,16 @@ class OutputFiles {
   void write_chunks(std::span<const ChunkWrite> chunks);
   void sync(const std::set<size_t>& shards); // fsync these shards (this rank holds them open)
 
-  // Copies the unchanged tensors, writes constants and the group scalars (in layout
-  // order), fsyncs, renames.
+  // Copies the unchanged tensors and writes the constants of the shards this rank
+  // finalizes: what needs no result of the run, written while the chunks compute (the
+  // writer thread calls it first). Once per run; finalize waits for it.
+  void write_fixed_entries();
+  // Writes the group scalars (in layout order), fsyncs, renames.
   void finalize(size_t shard, std::span<const float> group_scalars);
 
  private:
   io::Writer& writer(size_t shard) const;
+  bool holds(size_t shard) const; // open here (not finalized before)
   void copy_tensor(io::Writer& out, const io::Reader& source, const ShardEntry& entry, const io::TensorInfo& to) const;
   const Plan& plan_;
   int rank_;
@@ -55,6 +61,8 @@ class OutputFiles {
   // shard's Writer itself is used by one thread at a time.
   mutable std::mutex writers_mutex_;
   std::map<size_t, std::unique_ptr<io::Writer>> writers_;
+  std::promise<void> fixed_entries_written_;
+  std::shared_future<void> fixed_entries_ = fixed_entries_written_.get_future().share(); // or their error
 };
 
 } // namespace shardq
