@@ -123,6 +123,7 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   std::vector<size_t> task_of_input(source.tensors.size(), kNoTask); // source tensor position -> task
   const auto position = [&](const SourceTensor& tensor) { return size_t(&tensor - source.tensors.data()); };
   std::set<size_t> shards;
+  plan.tasks.reserve(source.tensors.size() / 2); // a linear is a weight and its scale
   for (const SourceTensor& tensor : source.tensors) {
     const auto linear = find_linear(source, tensor);
     if (!linear) continue;
