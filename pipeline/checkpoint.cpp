@@ -62,6 +62,8 @@ void save_checkpoint(const fs::path& path, const CheckpointState& state, uint64_
   reset_journal(path, state.generation); // the base holds everything: later saves append to it
 }
 
+void remove_checkpoint(const fs::path& path) { remove_durably({path, with_suffix(path, ".prev"), journal_file(path)}); }
+
 void set_aside_unusable_newest(const fs::path& path) {
   if (!fs::exists(path)) return;
   rename_durably(path, with_suffix(path, ".corrupt"));

@@ -91,6 +91,11 @@ struct LoadResult {
 // the bad file into its place.
 void set_aside_unusable_newest(const std::filesystem::path& path);
 
+// Starting over (--fresh, --force): removes both generations and the journal, durably,
+// before the outputs are rewritten. A kill before the new run's first save then leaves no
+// checkpoint, never an older one whose done chunks the rewritten .partial files lack.
+void remove_checkpoint(const std::filesystem::path& path);
+
 // Writes `state` as the newest generation. At every instant of the save (kill -9
 // included) <path> or <path>.prev holds a complete generation. Throws PipelineError
 // naming the path and the object on any HDF5, fsync or rename failure, and for strings

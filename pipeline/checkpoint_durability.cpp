@@ -70,4 +70,10 @@ void rename_durably(const fs::path& from, const fs::path& to) {
   fsync_folder_of(to);
 }
 
+void remove_durably(std::initializer_list<fs::path> files) {
+  bool removed = false;
+  for (const fs::path& file : files) removed = fs::remove(file) || removed;
+  if (removed) fsync_folder_of(*files.begin());
+}
+
 } // namespace shardq

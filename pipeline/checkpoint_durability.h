@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 
 namespace shardq {
 
@@ -25,5 +26,8 @@ void keep_previous(const std::filesystem::path& path);
 
 // Renames `from` to `to` and fsyncs the folder of `to`.
 void rename_durably(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// Removes those of `files` that exist and fsyncs their folder (all lie in one).
+void remove_durably(std::initializer_list<std::filesystem::path> files);
 
 } // namespace shardq

@@ -19,6 +19,7 @@
 #include "pipeline/plan.h"
 #include "pipeline/run_lock.h"
 #include "pipeline/signals.h"
+#include "pipeline/test_hooks.h"
 #include "pipeline/worker.h"
 #include "stages/factors.h"
 #include "stages/codec.h"
@@ -178,8 +179,13 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   }
   if (!mismatch.empty()) throw PipelineError(fmt::format("{}: {}; use --fresh to start over", checkpoint_path.string(), mismatch));
   if (loaded && args.verify_done) verify_done_chunks(plan, loaded->state);
-  // Starting over: shards finalized by an earlier run must not pass for this run's.
-  if (args.force || args.fresh) remove_outputs(plan);
+  // Starting over: shards finalized by an earlier run must not pass for this run's, nor
+  // the earlier checkpoint for this run's (it goes first: it records chunks of the files
+  // about to be rewritten).
+  if (args.force || args.fresh) {
+    remove_checkpoint(checkpoint_path);
+    remove_outputs(plan);
+  }
   CheckpointState state = fresh_state(plan);
   if (loaded) {
     state = std::move(loaded->state);
@@ -194,6 +200,7 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   link_unchanged(plan);
   // Resuming (from either generation) keeps the .partial files; a fresh start rewrites them.
   outputs.create_all(loaded.has_value());
+  crash_point("outputs");
   return state;
 }
 
