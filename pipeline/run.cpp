@@ -123,8 +123,11 @@ void reopen_shards_with_pending_chunks(const Plan& plan, const CheckpointState& 
   }
 }
 
-// --verify-done: re-read every chunk recorded done and compare its checksum.
-void verify_done_chunks(const Plan& plan, CheckpointState& state) {
+// --verify-done: re-read every chunk recorded done and compare its checksum. Returns the
+// finalized shards that hold a damaged chunk (to go back to .partial once the state that
+// forgets the chunk is saved).
+std::vector<std::filesystem::path> verify_done_chunks(const Plan& plan, CheckpointState& state) {
+  std::vector<std::filesystem::path> damaged_final;
   for (size_t t = 0; t < plan.tasks().size(); ++t) {
     const Task& task = plan.tasks()[t];
     const auto final_path = plan.dst / plan.shards[task.shard].file;
@@ -148,9 +151,22 @@ void verify_done_chunks(const Plan& plan, CheckpointState& state) {
         damaged = true;
       }
     }
-    // A finalized shard with a damaged chunk goes back to .partial (once, after its checks).
-    if (damaged && path == final_path) std::filesystem::rename(final_path, final_path.string() + ".partial");
+    if (damaged && path == final_path && std::find(damaged_final.begin(), damaged_final.end(), path) == damaged_final.end()) {
+      damaged_final.push_back(path);
+    }
   }
+  return damaged_final;
+}
+
+// What --verify-done forgot reaches the checkpoint before any shard goes back to .partial:
+// killed in between, the next run must not find the damaged chunks recorded done, nor a
+// shard recorded finished that is no longer under its final name.
+void reopen_damaged_shards(const std::filesystem::path& checkpoint_path, CheckpointState& state,
+                           const std::vector<std::filesystem::path>& damaged_final) {
+  if (damaged_final.empty()) return;
+  ++state.generation;
+  save_checkpoint(checkpoint_path, state);
+  for (const auto& path : damaged_final) std::filesystem::rename(path, path.string() + ".partial");
 }
 
 // Rank 0's preparation; returns the checkpoint state to continue from, or nullopt when
@@ -178,7 +194,7 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
     return std::nullopt;
   }
   if (!mismatch.empty()) throw PipelineError(fmt::format("{}: {}; use --fresh to start over", checkpoint_path.string(), mismatch));
-  if (loaded && args.verify_done) verify_done_chunks(plan, loaded->state);
+  if (loaded && args.verify_done) reopen_damaged_shards(checkpoint_path, loaded->state, verify_done_chunks(plan, loaded->state));
   // Starting over: shards finalized by an earlier run must not pass for this run's, nor
   // the earlier checkpoint for this run's (it goes first: it records chunks of the files
   // about to be rewritten).

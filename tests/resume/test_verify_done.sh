@@ -2,7 +2,8 @@
 # --verify-done: chunks recorded done whose bytes were damaged after the checkpoint
 # recorded them (in a .partial, and in a shard already finalized) are found by their
 # checksum, reported ("does not match its checksum: recomputing"), computed again, and
-# the final output equals the uninterrupted one. Without damage nothing is redone.
+# the final output equals the uninterrupted one. Without damage nothing is redone. What it
+# found is saved before the run goes on: a kill then loses none of it.
 source "$(dirname "$0")/lib.sh"
 
 RPC=1024
@@ -69,4 +70,15 @@ SHARDQ_LOG=debug run_shardq 0 "$WORK/verify2.log" "${ARGS[@]}" --verify-done || 
 [[ "$(assigned_quantize "$WORK/verify2.log" | sort | tr '\n' ' ')" == "1 0 1 5 " ]] ||
   fail "expected exactly chunks 0 and 5 of table 1 computed again, got: $(assigned_quantize "$WORK/verify2.log" | tr '\n' ';')"
 same_output "$WORK/ref" "$DST"
-echo "PASS: --verify-done finds damaged chunks in .partial and finalized shards and recomputes only them"
+# Case 3: as case 2, but --verify-done is killed once its checks renamed the shard back to
+# .partial (at the outputs crash point, before the run's first save): the plain command
+# after it must still recompute the chunk and finalize the shard again.
+rm -rf "$DST"
+SHARDQ_CRASH_AT=index:1 run_shardq 0 "$WORK/crash3.log" "${ARGS[@]}" && fail "the crash did not happen"
+damage "$DST/$shard1" 1 3
+SHARDQ_CRASH_AT=outputs:1 run_shardq 0 "$WORK/verify3.log" "${ARGS[@]}" --verify-done && fail "the crash did not happen"
+grep -q "chunk 3 .*does not match its checksum: recomputing" "$WORK/verify3.log" || fail "the damaged chunk was not reported"
+SHARDQ_LOG=debug run_shardq 0 "$WORK/resume3.log" "${ARGS[@]}" || fail "the resume failed: $(tail -3 "$WORK/resume3.log")"
+assigned_quantize "$WORK/resume3.log" | grep -x "1 3" >/dev/null || fail "the damaged chunk was not computed again after the kill"
+same_output "$WORK/ref" "$DST"
+echo "PASS: --verify-done finds damaged chunks in .partial and finalized shards and recomputes only them, killed or not"
