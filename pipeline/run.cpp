@@ -185,6 +185,11 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
     spdlog::info("{}", loaded->note); // a save cut short by the kill: its chunks are redone
   }
   const std::string mismatch = loaded ? fingerprint_mismatch(loaded->state, plan.fingerprint) : "";
+  // Checked before "complete already": a damaged chunk of a complete output undoes the
+  // steps after it (the report among them), and the run then mends it.
+  if (loaded && mismatch.empty() && args.verify_done) {
+    reopen_damaged_shards(checkpoint_path, loaded->state, verify_done_chunks(plan, loaded->state));
+  }
   if (!args.force && output_complete(plan, loaded)) {
     if (!loaded || !mismatch.empty()) {
       throw PipelineError(fmt::format("{}: holds a complete output already; pass --force to overwrite it", plan.dst.string()));
@@ -194,7 +199,6 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
     return std::nullopt;
   }
   if (!mismatch.empty()) throw PipelineError(fmt::format("{}: {}; use --fresh to start over", checkpoint_path.string(), mismatch));
-  if (loaded && args.verify_done) reopen_damaged_shards(checkpoint_path, loaded->state, verify_done_chunks(plan, loaded->state));
   // Starting over: shards finalized by an earlier run must not pass for this run's, nor
   // the earlier checkpoint for this run's (it goes first: it records chunks of the files
   // about to be rewritten).

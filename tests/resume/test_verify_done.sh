@@ -81,4 +81,16 @@ grep -q "chunk 3 .*does not match its checksum: recomputing" "$WORK/verify3.log"
 SHARDQ_LOG=debug run_shardq 0 "$WORK/resume3.log" "${ARGS[@]}" || fail "the resume failed: $(tail -3 "$WORK/resume3.log")"
 assigned_quantize "$WORK/resume3.log" | grep -x "1 3" >/dev/null || fail "the damaged chunk was not computed again after the kill"
 same_output "$WORK/ref" "$DST"
-echo "PASS: --verify-done finds damaged chunks in .partial and finalized shards and recomputes only them, killed or not"
+# Case 4: a complete output (the checkpoint records the report), a finalized shard
+# damaged: --verify-done still checks, recomputes the chunk and finishes the output again.
+rm -rf "$DST"
+run_shardq 0 "$WORK/complete.log" "${ARGS[@]}" || fail "the complete run failed"
+damage "$DST/$shard1" 1 4
+SHARDQ_LOG=debug run_shardq 0 "$WORK/verify4.log" "${ARGS[@]}" --verify-done || fail "--verify-done on the complete output failed: $(tail -3 "$WORK/verify4.log")"
+grep -q "nothing to do" "$WORK/verify4.log" && fail "--verify-done took the damaged output for complete"
+[[ "$(assigned_quantize "$WORK/verify4.log" | tr '\n' ' ')" == "1 4 " ]] ||
+  fail "expected exactly chunk 4 of table 1 computed again, got: $(assigned_quantize "$WORK/verify4.log" | tr '\n' ';')"
+same_output "$WORK/ref" "$DST"
+SHARDQ_LOG=debug run_shardq 0 "$WORK/verify5.log" "${ARGS[@]}" --verify-done || fail "--verify-done on the mended output failed"
+grep -q "nothing to do" "$WORK/verify5.log" || fail "--verify-done on an undamaged complete output did not say it had nothing to do"
+echo "PASS: --verify-done finds damaged chunks in .partial and finalized shards and recomputes only them, killed or not, complete or not"
