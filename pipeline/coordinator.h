@@ -92,7 +92,8 @@ class Coordinator {
   bool interrupting_ = false;
   bool ended_ = false;
   // The output index's text, rendered from the plan on a thread of its own while the chunks
-  // run (~0.1 s of CPU for 50K tensors that finish_run would otherwise wait for).
+  // run (~0.1 s of CPU for 50K tensors that finish_run would otherwise wait for). It reads
+  // the plan only (the source shards through ShardReaders::opened).
   std::future<std::string> index_text_;
   bool dirty_ = false;
   uint64_t blobs_digest_ = 0; // blobs_digest(state_.blobs), kept as they change

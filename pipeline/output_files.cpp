@@ -110,7 +110,7 @@ void OutputFiles::write_fixed_entries() {
       const ShardPlan& plan_shard = plan_.shards[shard];
       if (writer_of(shard) != rank_ || !holds(shard)) continue; // finalized by another rank, or before
       io::Writer& out = writer(shard);
-      const io::Reader& source = plan_.source_readers->get(plan_shard.file);
+      const io::Reader& source = plan_.source_readers->opened(plan_shard.file);
       for (size_t e = 0; e < plan_shard.entries.size(); ++e) {
         const ShardEntry& entry = plan_shard.entries[e];
         const io::TensorInfo& to = plan_shard.layout.tensors[e];

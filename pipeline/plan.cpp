@@ -374,7 +374,7 @@ io::ShardIndex output_index(const Plan& plan) {
   }
   for (const auto& shard : plan.shards) {
     if (!shard.changed) {
-      for (const auto& info : plan.source_readers->get(shard.file).tensors()) index.total_size += info.end - info.begin;
+      for (const auto& info : plan.source_readers->opened(shard.file).tensors()) index.total_size += info.end - info.begin;
       continue;
     }
     for (const auto& entry : shard.entries) add(entry.spec.name, shard.file);

@@ -1,5 +1,8 @@
 #include "pipeline/io/shard_readers.h"
 
+#include <fmt/format.h>
+
+#include "pipeline/io/io_error.h"
 #include "pipeline/parallel.h"
 
 namespace shardq::io {
@@ -7,6 +10,12 @@ namespace shardq::io {
 const Reader& ShardReaders::get(std::string_view file) {
   auto it = readers_.find(file);
   if (it == readers_.end()) it = readers_.emplace(std::string(file), std::make_unique<Reader>(folder_ / file)).first;
+  return *it->second;
+}
+
+const Reader& ShardReaders::opened(std::string_view file) const {
+  const auto it = readers_.find(file);
+  if (it == readers_.end()) throw IoError(fmt::format("{}: shard not opened before the run", (folder_ / file).string()));
   return *it->second;
 }
 

@@ -15,13 +15,17 @@
 
 namespace shardq::io {
 
-// Opens each shard on first use and keeps it open. Not thread-safe; the Readers it returns
-// are (pread only) and live as long as it does.
+// Opens each shard on first use and keeps it open. get and open_all are for one thread;
+// opened only looks up, and is safe from several threads once no opening runs (during a
+// run: the plan opened every source shard). The Readers it returns are thread-safe (pread
+// only) and live as long as it does.
 class ShardReaders {
  public:
   explicit ShardReaders(std::filesystem::path folder) : folder_(std::move(folder)) {}
 
   const Reader& get(std::string_view file);
+  // A shard opened before; throws IoError naming it otherwise.
+  const Reader& opened(std::string_view file) const;
   // Opens the listed shards not open yet, several at once (parallel_for): a model of 46
   // shards and 100K tensors parses its headers on every core. A shard that cannot be
   // opened throws as get() would, the first in list order.

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "pipeline/io/safetensors.h"
+#include "pipeline/io/shard_readers.h"
 #include "io_test_util.h"
 
 namespace shardq::io {
@@ -49,6 +50,26 @@ TEST(SafetensorsWriter, PlansOffsetsInOrderAndAlignsTheBuffer) {
   EXPECT_EQ(keys, (std::vector<std::string>{"a", "b", "c", "d"}));
   EXPECT_EQ(json["d"]["dtype"], "F4");
   EXPECT_EQ(json["a"]["data_offsets"], nlohmann::json::array({0, 48}));
+}
+
+// The run's threads look shards up with opened(): it finds what get() or open_all opened
+// and opens nothing itself.
+TEST(ShardReaders, OpenedFindsOnlyShardsOpenedBefore) {
+  ScratchDir dir;
+  Writer writer(dir / "a.safetensors", sample_specs());
+  writer.open(false);
+  writer.finish();
+  ShardReaders readers(dir.path());
+  try {
+    readers.opened("a.safetensors");
+    FAIL() << "opened() returned a shard nothing opened";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr((dir / "a.safetensors").string()));
+    EXPECT_THAT(e.what(), HasSubstr("not opened"));
+  }
+  const Reader& reader = readers.get("a.safetensors");
+  EXPECT_EQ(&readers.opened("a.safetensors"), &reader);
+  EXPECT_EQ(readers.opened("a.safetensors").tensors().size(), sample_specs().size());
 }
 
 TEST(SafetensorsWriter, RoundTripsThroughTheReader) {
