@@ -354,6 +354,28 @@ bench_int8_many() {
   cp_vs_run "$work/src" "$work" "shardq run int8 (real-count)" 1.5 "$build_dir/shardq" run jobs/demo-w8a8-int8.toml --src "$work/src"
 }
 
+# The fixed costs of int8_many, in process: make_plan for jobs/demo-w8a8-int8.toml on its
+# real-count fixture (49,916 tasks; headers, index, recipe, layouts, fingerprint), and the
+# output index rendered from that plan (on its own thread during a run). Wall time, both
+# cores (the plan's own threads use the second); medians of BENCH_REPETITIONS (default 5).
+bench_plan() {
+  local json
+  json=$(mktemp)
+  SHARDQ_BENCH_PLAN_DIR="${BENCH_WORK:-$build_dir/bench-e2e}/real-count/src" "$build_dir/tests/shardq_bench" \
+    --benchmark_filter='real_count' --benchmark_min_time="${BENCH_MIN_TIME:-0.5}" \
+    --benchmark_repetitions="${BENCH_REPETITIONS:-5}" --benchmark_report_aggregates_only=true \
+    --benchmark_out="$json" --benchmark_out_format=json >/dev/null 2>&1
+  python3 - "$json" <<'PY'
+import json, sys
+runs = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
+plan, index = runs["BM_plan_int8_real_count"], runs["BM_output_index_int8_real_count"]
+print(f"make_plan (w8a8-int8, real-count): {plan['real_time']:7.1f} ms for {plan['tasks']:.0f} tasks "
+      f"({plan['real_time'] * 1e3 / plan['tasks']:.2f} us a task)")
+print(f"output index from the plan:        {index['real_time']:7.1f} ms for {index['names']:.0f} names")
+PY
+  rm -f "$json"
+}
+
 # The INT8 bench's own source (the e2e fixture's linears are ~32 MB: INT8 links the Engram
 # shards it does not rewrite): BENCH_INT8_LAYERS shards (default 4), each one layer of
 # DeepSeek-sized linears (hidden 7168): attn.wq_a [1536, 7168] (BF16 by the demo ignore
@@ -435,7 +457,7 @@ bench_int8() {
 
 main() {
   local benches=(bench_kernels bench_gptq bench_reader bench_e2e bench_scaling bench_transcode bench_1017 bench_int8_rows bench_int8
-    bench_int8_many bench_threads)
+    bench_int8_many bench_plan bench_threads)
   if [ $# -ge 1 ]; then
     "bench_$1"
   else
