@@ -38,7 +38,7 @@ std::optional<SourceExpert> parse_expert(const CheckpointView& source, const Sou
   expert.projection = {prefix, std::stoi(match[2]), std::stoi(match[3]), std::stoi(match[4])};
   expert.weight = &tensor;
   const std::string file = (source.dir / source.shard_files[tensor.shard]).string();
-  expert.scale = source.find(prefix + ".scale");
+  expert.scale = source.find_near(prefix + ".scale", tensor);
   if (!expert.scale || expert.scale->shard != tensor.shard) {
     throw StageError(fmt::format("{}: expert '{}' has no '{}.scale' in the same shard", file, tensor.spec.name, prefix));
   }

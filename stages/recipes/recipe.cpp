@@ -19,12 +19,28 @@ uint64_t Task::input_row_count(size_t input, uint64_t first, uint64_t count) con
 }
 
 void CheckpointView::index() {
-  by_name_.build(tensors.size(), [&](size_t i) -> std::string_view { return tensors[i].spec.name; });
+  const auto repeated = by_name_.build(tensors.size(), [&](size_t i) -> std::string_view { return tensors[i].spec.name; });
+  if (!repeated.empty()) {
+    const SourceTensor& again = tensors[repeated.front()];
+    const SourceTensor& first = *find(again.spec.name);
+    throw StageError(fmt::format("{}: tensor '{}' is stored twice, in shards '{}' and '{}'", dir.string(), again.spec.name,
+                                 shard_files.at(first.shard), shard_files.at(again.shard)));
+  }
 }
 
 const SourceTensor* CheckpointView::find(std::string_view name) const {
   const auto at = by_name_.find(name, [&](size_t i) -> std::string_view { return tensors[i].spec.name; });
   return at ? &tensors[*at] : nullptr;
+}
+
+const SourceTensor* CheckpointView::find_near(std::string_view name, const SourceTensor& near) const {
+  constexpr size_t kBeside = 2;
+  const size_t position = size_t(&near - tensors.data());
+  const size_t first = position - std::min(position, kBeside), last = std::min(tensors.size(), position + kBeside + 1);
+  for (size_t i = first; i < last; ++i) {
+    if (tensors[i].spec.name == name) return &tensors[i]; // names are unique (index())
+  }
+  return find(name);
 }
 
 const SourceTensor& CheckpointView::at(std::string_view name) const {

@@ -54,8 +54,13 @@ struct CheckpointView {
   std::vector<std::string> shard_files;
   std::vector<SourceTensor> tensors;
 
-  void index(); // builds the name lookup after tensors are filled
+  void index(); // builds the name lookup after tensors are filled; StageError on a name stored twice
   const SourceTensor* find(std::string_view name) const;
+  // find, looking first at the few tensors stored beside `near` in its shard: a linear's
+  // scale usually sits next to its weight, and a neighbour is in cache where a lookup in
+  // the index of 100K names costs a few cache misses. The same tensor as find (names are
+  // unique in a view).
+  const SourceTensor* find_near(std::string_view name, const SourceTensor& near) const;
   const SourceTensor& at(std::string_view name) const; // StageError naming dir and tensor
   const nlohmann::ordered_json& text_config() const;
 
@@ -84,7 +89,7 @@ struct Task {
   int cols = 0;                    // values per row
   uint64_t row_alignment = 1;      // chunk boundaries fall on multiples of this
   uint64_t rows_per_chunk = 0;     // a multiple of row_alignment
-  size_t shard = 0;                // source shard (the output shard has the same name)
+  size_t shard = 0;                // source shard, holding every input (the output shard has the same name)
   size_t group = 0;                // scale group: tasks sharing one reduction
   int factor_set = -1;             // index into RecipePlan::factor_sets, or -1
   int layer = -1;                  // codec parameter (Engram layer: rows -> hash columns)

@@ -34,7 +34,7 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
   SourceLinear linear;
   linear.module = name.substr(0, name.size() - 7);
   if (linear.module.find("engram.embed") != std::string::npos) return std::nullopt; // a lookup table, kept
-  linear.scale = source.find(linear.module + ".scale");
+  linear.scale = source.find_near(linear.module + ".scale", tensor);
   if (!linear.scale || linear.scale->spec.dtype != Dtype::F8_E8M0) return std::nullopt;
   linear.weight = &tensor;
   const auto file = [&] { return (source.dir / source.shard_files[tensor.shard]).string(); }; // for messages only
