@@ -6,7 +6,7 @@
 
 #include <cstdint>
 #include <span>
-#include <string>
+#include <string_view>
 
 #include "kernels/int8.h"
 
@@ -16,7 +16,7 @@ enum class LinearSource { fp8_block32, fp4_row32 };
 
 struct LinearRows {
   LinearSource source = LinearSource::fp8_block32;
-  std::string tensor, scale_tensor; // for messages
+  std::string_view tensor, scale_tensor; // for messages: views of names that outlive the rows (the plan's)
   uint64_t first_row = 0;           // absolute row of row 0
   uint64_t rows = 0;
   int cols = 0;                     // values per row
