@@ -105,8 +105,9 @@ Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& output
   blobs_digest_ = blobs_digest(state_.blobs);
   for (size_t t = 0; t < tasks.size(); ++t) enqueue_if_ready(t);
   if (!is_finished("index")) {
-    index_text_ = std::async(std::launch::async, [&plan = plan_] {
-      return io::index_text(plan.dst / io::kIndexFileName, output_index(plan));
+    index_staged_ = std::async(std::launch::async, [&plan = plan_] {
+      const auto path = plan.dst / io::kIndexFileName;
+      io::stage_file(path, io::index_text(path, output_index(plan)));
     });
   }
   save(true);
@@ -322,7 +323,8 @@ void Coordinator::finalize_ready_shards() {
 void Coordinator::finish_run() {
   if (!is_finished("index")) {
     crash_point("index");
-    io::write_file_atomic(plan_.dst / io::kIndexFileName, index_text_.get());
+    index_staged_.get();
+    io::commit_staged_file(plan_.dst / io::kIndexFileName);
     mark_finished("index");
   }
   if (!is_finished("config")) {

@@ -13,6 +13,7 @@
 #include "kernels/gptq.h"
 #include "pipeline/checkpoint.h"
 #include "pipeline/coordinator.h"
+#include "pipeline/io/atomic_file.h"
 #include "pipeline/link.h"
 #include "pipeline/output_files.h"
 #include "pipeline/pipeline_error.h"
@@ -90,6 +91,7 @@ void remove_outputs(const Plan& plan) {
   }
   for (const std::string& file : {std::string(io::kIndexFileName), std::string(kConfigFile), plan.report_file()}) {
     std::filesystem::remove(plan.dst / file);
+    std::filesystem::remove(io::staged_path(plan.dst / file)); // the index is staged during a run
   }
   for (const auto& side : plan.recipe_plan.side_files) std::filesystem::remove(plan.dst / side.first);
 }

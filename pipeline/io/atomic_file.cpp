@@ -31,19 +31,31 @@ void write_and_sync(const std::filesystem::path& path, std::string_view bytes) {
 
 } // namespace
 
-void write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
+void stage_file(const std::filesystem::path& path, std::string_view bytes) {
+  const std::filesystem::path tmp = staged_path(path);
   try {
     write_and_sync(tmp, bytes);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      throw IoError(fmt::format("{}: rename to {} failed: {}", tmp.string(), path.string(), errno_text(errno)));
-    }
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
     throw;
   }
+}
+
+void commit_staged_file(const std::filesystem::path& path) {
+  const std::filesystem::path tmp = staged_path(path);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw IoError(fmt::format("{}: rename to {} failed: {}", tmp.string(), path.string(), errno_text(error)));
+  }
   fsync_folder(folder_of(path));
+}
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes) {
+  stage_file(path, bytes);
+  commit_staged_file(path);
 }
 
 std::string read_file_bounded(const std::filesystem::path& path, uint64_t max_bytes) {

@@ -14,6 +14,13 @@ namespace shardq::io {
 // Writes PATH.tmp, fsyncs it, renames it over PATH and fsyncs the folder.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
+// write_file_atomic in two halves, so that the bytes reach the disk while other work runs
+// and the file appears later: stage_file writes and fsyncs PATH.tmp (removed if that
+// fails), commit_staged_file renames it over PATH and fsyncs the folder.
+inline std::filesystem::path staged_path(const std::filesystem::path& path) { return path.string() + ".tmp"; }
+void stage_file(const std::filesystem::path& path, std::string_view bytes);
+void commit_staged_file(const std::filesystem::path& path);
+
 // The whole file, refusing one larger than max_bytes (untrusted JSON must not exhaust memory).
 std::string read_file_bounded(const std::filesystem::path& path, uint64_t max_bytes);
 

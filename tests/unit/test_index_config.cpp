@@ -34,6 +34,29 @@ TEST(IoAtomicFile, ReportsAnUnwritableFolder) {
   }
 }
 
+TEST(IoAtomicFile, StagedFileAppearsOnlyAtCommit) {
+  ScratchDir dir;
+  const auto path = dir / "model.safetensors.index.json";
+  test::write_text(path, "old");
+  stage_file(path, "new index");
+  EXPECT_EQ(test::read_text(path), "old");
+  EXPECT_EQ(test::read_text(staged_path(path)), "new index");
+  commit_staged_file(path);
+  EXPECT_EQ(test::read_text(path), "new index");
+  EXPECT_FALSE(std::filesystem::exists(staged_path(path)));
+}
+
+TEST(IoAtomicFile, CommitWithoutAStagedFileNamesIt) {
+  ScratchDir dir;
+  try {
+    commit_staged_file(dir / "config.json");
+    FAIL() << "committed a file never staged";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("config.json.tmp: rename to"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "config.json"));
+}
+
 TEST(IoAtomicFile, BoundedReadRefusesLargerFiles) {
   ScratchDir dir;
   test::write_text(dir / "big.json", std::string(100, ' '));
