@@ -103,14 +103,18 @@ bool ignore_matches(const std::string& module, const std::vector<std::string>& i
   return false;
 }
 
-std::string module_kind(const std::string& module) {
+std::string module_kind(std::string_view module) {
   std::string kind;
+  kind.reserve(module.size());
   size_t begin = 0;
   while (begin <= module.size()) {
     const size_t end = std::min(module.find('.', begin), module.size());
-    const std::string part = module.substr(begin, end - begin);
-    const bool number = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
-    if (!number && !(begin == 0 && part == "layers")) kind += (kind.empty() ? "" : ".") + part;
+    const std::string_view part = module.substr(begin, end - begin);
+    const bool number = !part.empty() && part.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!number && !(begin == 0 && part == "layers")) {
+      if (!kind.empty()) kind += '.';
+      kind += part;
+    }
     begin = end + 1;
   }
   return kind;
@@ -155,18 +159,25 @@ struct KindTotals {
   ChunkStats stats;
 };
 
-Json kinds_report(const RecipePlan& plan, std::span<const TaskTotals> totals, bool bf16) {
-  std::map<std::string, KindTotals> kinds;
+using Kinds = std::map<std::string, KindTotals, std::less<>>;
+
+// Per-kind totals of the INT8 tasks and of the BF16 ones, in one pass over the tasks.
+std::pair<Kinds, Kinds> kind_totals(const RecipePlan& plan, std::span<const TaskTotals> totals) {
+  std::pair<Kinds, Kinds> int8_and_bf16;
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const Task& task = plan.tasks[t];
-    const bool is_bf16 = task.codec == CodecKind::fp8_to_bf16 || task.codec == CodecKind::fp4_to_bf16;
-    if (is_bf16 != bf16) continue;
+    const bool bf16 = task.codec == CodecKind::fp8_to_bf16 || task.codec == CodecKind::fp4_to_bf16;
+    Kinds& kinds = bf16 ? int8_and_bf16.second : int8_and_bf16.first;
     KindTotals& kind = kinds[module_kind(task.name)];
     ++kind.tensors;
     kind.rows += task.rows;
     kind.zero_rows += totals[t].stats.zero_blocks;
     kind.stats.merge(totals[t].stats);
   }
+  return int8_and_bf16;
+}
+
+Json kinds_report(const Kinds& kinds) {
   Json out = Json::array();
   for (const auto& [name, kind] : kinds) {
     const double reference = kind.stats.reference_sq.to_double();
@@ -189,8 +200,9 @@ Json W8a8Int8Recipe::report(const RecipePlan& plan, const RecipeParams& params, 
     for (const auto& entry : entries) ++dtypes[std::string(dtype_name(entry.spec.dtype))];
   }
   report["dtype_totals_changed_shards"] = dtypes;
-  report["int8"] = kinds_report(plan, totals, false);
-  report["bf16"] = kinds_report(plan, totals, true);
+  const auto [int8_kinds, bf16_kinds] = kind_totals(plan, totals);
+  report["int8"] = kinds_report(int8_kinds);
+  report["bf16"] = kinds_report(bf16_kinds);
   uint64_t zero_rows = 0;
   for (const auto& t : totals) zero_rows += t.stats.zero_blocks;
   report["all_zero_rows"] = zero_rows;

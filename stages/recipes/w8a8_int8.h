@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "stages/recipes/recipe.h"
@@ -34,6 +35,6 @@ bool ignore_matches(const std::string& module, const std::vector<std::string>& i
 
 // The kind of a module for the report: its name without layer and expert numbers and
 // without the leading "layers." (layers.3.ffn.experts.7.w1 -> ffn.experts.w1).
-std::string module_kind(const std::string& module);
+std::string module_kind(std::string_view module);
 
 } // namespace shardq

@@ -1,11 +1,12 @@
 // CheckpointView (stages/recipes/recipe.h): lookups by name, find_near against find, and a
-// name stored in two shards refused.
+// name stored in two shards refused; the W8A8 report's module kinds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "stages/recipes/recipe.h"
+#include "stages/recipes/w8a8_int8.h"
 #include "stages/stage_error.h"
 
 namespace shardq {
@@ -68,6 +69,15 @@ TEST(CheckpointView, NameStoredInTwoShardsRefused) {
     EXPECT_THAT(e.what(), HasSubstr("model-00001-of-00002.safetensors"));
     EXPECT_THAT(e.what(), HasSubstr("model-00002-of-00002.safetensors"));
   }
+}
+
+TEST(W8a8ModuleKind, DropsLayerAndExpertNumbersAndTheLeadingLayers) {
+  EXPECT_EQ(module_kind("layers.3.ffn.experts.7.w1"), "ffn.experts.w1");
+  EXPECT_EQ(module_kind("layers.12.attn.wq_b"), "attn.wq_b");
+  EXPECT_EQ(module_kind("mtp.0.layers.1.ffn.shared_experts.w2"), "mtp.layers.ffn.shared_experts.w2");
+  EXPECT_EQ(module_kind("head"), "head");
+  EXPECT_EQ(module_kind("layers.0"), "");
+  EXPECT_EQ(module_kind("vision.blocks.10.attn.qkv"), "vision.blocks.attn.qkv");
 }
 
 } // namespace
