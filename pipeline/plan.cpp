@@ -239,7 +239,7 @@ Plan make_plan(const Job& job, int ranks) {
     std::optional<CheckpointView> reference;
     if (!job.input_scales_from.empty()) reference = read_checkpoint_view(reference_readers);
     RecipeInputs inputs{plan.params, plan.source, reference ? &*reference : nullptr,
-                        reference ? reference_reader(*reference, reference_readers) : ReadTensorBytes{}};
+                        reference ? reference_reader(*reference, reference_readers) : ReadTensorBytes{}, parallel_for};
     plan.recipe_plan = plan.recipe->plan(inputs);
   } catch (const StageError& e) {
     throw PipelineError(e.what());

@@ -61,12 +61,18 @@ std::vector<EngramTable> engram_tables(const CheckpointView& source, const Engra
 }
 
 void plan_changed_shards(const CheckpointView& source, const std::set<size_t>& shards, const ReplaceTensor& replace,
-                         RecipePlan& plan) {
-  for (const SourceTensor& tensor : source.tensors) {
-    if (!shards.count(tensor.shard)) continue;
-    auto& entries = plan.shards[tensor.shard];
-    if (!replace(tensor, entries)) entries.push_back(copy_entry(tensor.spec, tensor.spec.name));
-  }
+                         RecipePlan& plan, const ForEach& for_each) {
+  const std::vector<size_t> starts = source.shard_starts(); // the view lists tensors shard by shard
+  const std::vector<size_t> listed(shards.begin(), shards.end());
+  std::vector<std::vector<ShardEntry>*> lists;
+  for (size_t shard : listed) lists.push_back(&plan.shards[shard]); // the map is not touched below
+  run_each(for_each, listed.size(), [&](size_t i) {
+    std::vector<ShardEntry>& entries = *lists[i];
+    for (size_t t = starts[listed[i]]; t < starts[listed[i] + 1]; ++t) {
+      const SourceTensor& tensor = source.tensors[t];
+      if (!replace(tensor, entries)) entries.push_back(copy_entry(tensor.spec, tensor.spec.name));
+    }
+  });
 }
 
 } // namespace shardq

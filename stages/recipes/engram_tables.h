@@ -35,9 +35,10 @@ void expect_tensor(const CheckpointView& view, const SourceTensor& tensor, Dtype
                    const std::vector<uint64_t>& shape);
 
 // Lays out each listed shard in source order: a tensor is copied unless `replace` returns
-// true, having appended to `entries` those that take its place (none: dropped).
+// true, having appended to `entries` those that take its place (none: dropped). Shards are
+// laid out through `for_each` (each into its own list: `replace` must only read).
 using ReplaceTensor = std::function<bool(const SourceTensor&, std::vector<ShardEntry>& entries)>;
 void plan_changed_shards(const CheckpointView& source, const std::set<size_t>& shards, const ReplaceTensor& replace,
-                         RecipePlan& plan);
+                         RecipePlan& plan, const ForEach& for_each = {});
 
 } // namespace shardq

@@ -28,6 +28,23 @@ void CheckpointView::index() {
   }
 }
 
+std::vector<size_t> CheckpointView::shard_starts() const {
+  std::vector<size_t> starts(shard_files.size() + 1, 0);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].shard >= shard_files.size() || (i > 0 && tensors[i].shard < tensors[i - 1].shard)) {
+      throw StageError(fmt::format("{}: tensor '{}' is out of shard order in the view", dir.string(), tensors[i].spec.name));
+    }
+    ++starts[tensors[i].shard + 1];
+  }
+  for (size_t s = 0; s < shard_files.size(); ++s) starts[s + 1] += starts[s];
+  return starts;
+}
+
+void run_each(const ForEach& for_each, size_t count, const std::function<void(size_t)>& body) {
+  if (for_each) return for_each(count, body);
+  for (size_t i = 0; i < count; ++i) body(i);
+}
+
 const SourceTensor* CheckpointView::find(std::string_view name) const {
   const auto at = by_name_.find(name, [&](size_t i) -> std::string_view { return tensors[i].spec.name; });
   return at ? &tensors[*at] : nullptr;

@@ -55,6 +55,8 @@ struct CheckpointView {
   std::vector<SourceTensor> tensors;
 
   void index(); // builds the name lookup after tensors are filled; StageError on a name stored twice
+  // Positions in tensors of each shard's first tensor, and one past the last (shard_files.size() + 1).
+  std::vector<size_t> shard_starts() const;
   const SourceTensor* find(std::string_view name) const;
   // find, looking first at the few tensors stored beside `near` in its shard: a linear's
   // scale usually sits next to its weight, and a neighbour is in cache where a lookup in
@@ -70,13 +72,20 @@ struct CheckpointView {
 
 // Reads a whole small tensor of the reference (an input_scale): the pipeline does the I/O.
 using ReadTensorBytes = std::function<std::vector<uint8_t>(const std::string& tensor)>;
+// Runs body(i) for every i in [0, count), on the pipeline's cores when it gives one (its
+// threads are its own); a failing body's error is the one a plain loop would have met first.
+using ForEach = std::function<void(size_t count, const std::function<void(size_t)>& body)>;
 
 struct RecipeInputs {
   RecipeParams params;
   const CheckpointView& source;
   const CheckpointView* reference = nullptr; // input_scales_from, when the job names one
   ReadTensorBytes read_reference;
+  ForEach for_each; // empty: a plain loop
 };
+
+// for_each(count, body), or a plain loop when for_each is empty.
+void run_each(const ForEach& for_each, size_t count, const std::function<void(size_t)>& body);
 
 // One output group: rows of its input tensors (row-aligned) through a codec into its
 // output tensors; rows of one task may be spread over ranks in chunks.

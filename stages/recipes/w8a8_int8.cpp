@@ -126,15 +126,32 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   constexpr size_t kNoTask = SIZE_MAX;
   std::vector<size_t> task_of_input(source.tensors.size(), kNoTask); // source tensor position -> task
   const auto position = [&](const SourceTensor& tensor) { return size_t(&tensor - source.tensors.data()); };
+  // Each shard's linears become tasks numbered within the shard (shards on every core: a
+  // linear's weight and scale are in one shard, so each writes its own task_of_input
+  // entries), then the shards' tasks are numbered in shard order, as one loop would.
+  const std::vector<size_t> starts = source.shard_starts();
+  std::vector<std::vector<Task>> shard_tasks(source.shard_files.size());
+  run_each(inputs.for_each, shard_tasks.size(), [&](size_t shard) {
+    for (size_t t = starts[shard]; t < starts[shard + 1]; ++t) {
+      const auto linear = find_linear(source, source.tensors[t]);
+      if (!linear) continue;
+      const bool ignored = ignore_matches(linear->module, inputs.params.ignore);
+      for (const SourceTensor* input : {linear->weight, linear->scale}) task_of_input[position(*input)] = shard_tasks[shard].size();
+      shard_tasks[shard].push_back(linear_task(*linear, ignored, inputs.params, shard_tasks[shard].size()));
+    }
+  });
   std::set<size_t> shards;
   plan.tasks.reserve(source.tensors.size() / 2); // a linear is a weight and its scale
-  for (const SourceTensor& tensor : source.tensors) {
-    const auto linear = find_linear(source, tensor);
-    if (!linear) continue;
-    const bool ignored = ignore_matches(linear->module, inputs.params.ignore);
-    for (const SourceTensor* input : {linear->weight, linear->scale}) task_of_input[position(*input)] = plan.tasks.size();
-    plan.tasks.push_back(linear_task(*linear, ignored, inputs.params, plan.tasks.size()));
-    shards.insert(tensor.shard);
+  for (size_t shard = 0; shard < shard_tasks.size(); ++shard) {
+    const size_t first_task = plan.tasks.size();
+    for (size_t t = starts[shard]; t < starts[shard + 1]; ++t) {
+      if (task_of_input[t] != kNoTask) task_of_input[t] += first_task;
+    }
+    for (Task& task : shard_tasks[shard]) {
+      task.group += first_task;
+      plan.tasks.push_back(std::move(task));
+    }
+    if (!shard_tasks[shard].empty()) shards.insert(shard);
   }
   plan.groups = plan.tasks.size();
   // weight -> the re-encoded weight; scale -> weight_scale (INT8) or nothing (BF16).
@@ -146,7 +163,7 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
     else if (task.outputs.size() == 2) entries.push_back(task_output_entry(task, task_index, 1));
     return true;
   };
-  plan_changed_shards(source, shards, replace, plan);
+  plan_changed_shards(source, shards, replace, plan, inputs.for_each);
   plan.config = source.config;
   plan.config["quantization_config"] = quantization_config(inputs.params);
   return plan;
