@@ -1,9 +1,12 @@
 // CheckpointView (stages/recipes/recipe.h): lookups by name, find_near against find, and a
-// name stored in two shards refused; the W8A8 report's module kinds.
+// name stored in two shards refused; the W8A8 report's module kinds, and its plan the same
+// whatever order the shards are planned in.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "stages/recipes/recipe.h"
 #include "stages/recipes/w8a8_int8.h"
@@ -68,6 +71,72 @@ TEST(CheckpointView, NameStoredInTwoShardsRefused) {
     EXPECT_THAT(e.what(), HasSubstr("'layers.0.attn_norm.weight' is stored twice"));
     EXPECT_THAT(e.what(), HasSubstr("model-00001-of-00002.safetensors"));
     EXPECT_THAT(e.what(), HasSubstr("model-00002-of-00002.safetensors"));
+  }
+}
+
+TEST(CheckpointView, ShardStartsAndViewsOutOfShardOrderRefused) {
+  CheckpointView view = two_shard_view();
+  EXPECT_EQ(view.shard_starts(), (std::vector<size_t>{0, 6, 8}));
+  std::swap(view.tensors[5], view.tensors[6]);
+  EXPECT_THROW(view.shard_starts(), StageError);
+}
+
+// Three shards of FP8 linears, FP4 experts, an ignored module and copied tensors.
+CheckpointView linears_view() {
+  CheckpointView view;
+  view.dir = "/models/src";
+  view.shard_files = {"a.safetensors", "b.safetensors", "c.safetensors"};
+  for (size_t shard = 0; shard < 3; ++shard) {
+    const std::string layer = "layers." + std::to_string(shard);
+    view.tensors.push_back({{layer + ".attn.wq_a.scale", Dtype::F8_E8M0, {2, 2}}, shard});
+    view.tensors.push_back({{layer + ".attn.wq_a.weight", Dtype::F8_E4M3, {64, 64}}, shard});
+    view.tensors.push_back({{layer + ".attn.wq_b.scale", Dtype::F8_E8M0, {2, 2}}, shard});
+    view.tensors.push_back({{layer + ".attn.wq_b.weight", Dtype::F8_E4M3, {64, 64}}, shard});
+    view.tensors.push_back({{layer + ".attn_norm.weight", Dtype::BF16, {64}}, shard});
+    for (int e = 0; e < 3; ++e) {
+      const std::string expert = layer + ".ffn.experts." + std::to_string(e) + ".w1";
+      view.tensors.push_back({{expert + ".scale", Dtype::F8_E8M0, {32, 2}}, shard});
+      view.tensors.push_back({{expert + ".weight", Dtype::I8, {32, 32}}, shard});
+    }
+  }
+  view.index();
+  return view;
+}
+
+TEST(W8a8Plan, SameTasksAndEntriesWhateverTheShardOrder) {
+  const CheckpointView view = linears_view();
+  RecipeParams params;
+  params.ignore = {"attn.wq_a"};
+  params.rows_per_chunk = 32;
+  const RecipePlan in_order = W8a8Int8Recipe().plan({params, view, nullptr, {}, {}});
+  const ForEach backwards = [](size_t count, const std::function<void(size_t)>& body) {
+    for (size_t i = count; i-- > 0;) body(i);
+  };
+  const RecipePlan reversed = W8a8Int8Recipe().plan({params, view, nullptr, {}, backwards});
+  ASSERT_EQ(in_order.tasks.size(), 15u); // 2 attention linears and 3 experts per shard
+  ASSERT_EQ(reversed.tasks.size(), in_order.tasks.size());
+  for (size_t t = 0; t < in_order.tasks.size(); ++t) {
+    EXPECT_EQ(reversed.tasks[t].name, in_order.tasks[t].name);
+    EXPECT_EQ(reversed.tasks[t].group, t);
+    EXPECT_EQ(in_order.tasks[t].group, t);
+    EXPECT_EQ(reversed.tasks[t].codec, in_order.tasks[t].codec);
+    EXPECT_EQ(reversed.tasks[t].outputs, in_order.tasks[t].outputs);
+  }
+  EXPECT_EQ(in_order.tasks[0].name, "layers.0.attn.wq_a");
+  EXPECT_EQ(in_order.tasks[0].codec, CodecKind::fp8_to_bf16);
+  EXPECT_EQ(in_order.tasks[14].name, "layers.2.ffn.experts.2.w1");
+  ASSERT_EQ(reversed.shards.size(), 3u);
+  for (const auto& [shard, entries] : in_order.shards) {
+    const auto& other = reversed.shards.at(shard);
+    ASSERT_EQ(other.size(), entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      EXPECT_EQ(other[i].spec, entries[i].spec);
+      EXPECT_EQ(other[i].source, entries[i].source);
+      EXPECT_EQ(other[i].task, entries[i].task);
+      if (entries[i].source == EntrySource::task_output) {
+        EXPECT_EQ(in_order.tasks[entries[i].task].outputs[entries[i].output], entries[i].spec);
+      }
+    }
   }
 }
 
