@@ -338,27 +338,37 @@ io::ShardIndex output_index(const Plan& plan) {
   // Source order of the index, each tensor of a changed shard replaced by what the plan
   // puts in its place: a copy stands where its source stood, output i of a task where the
   // task's input i stood, scalars and constants after the entry before them. Names are
-  // views into the plan, which outlives this function.
+  // views into the plan, which outlives this function. A name is looked up in the shard
+  // it is said to be in first (that shard's table stays in cache while its names go by,
+  // where the whole view's costs a few cache misses a lookup), then in the whole view.
   const size_t sources = plan.source.tensors.size();
-  std::vector<std::pair<size_t, std::string_view>> placed; // (source tensor, output name), shard order
+  const std::vector<size_t> starts = plan.source.shard_starts();
   constexpr size_t kUnset = SIZE_MAX, kMissing = SIZE_MAX - 1; // no entry before; a name no source tensor has
-  const auto position_of = [&](std::string_view name) {
+  const auto position_of = [&](std::string_view name, size_t shard) { // shard: where to look first, if known
+    if (shard < plan.shards.size()) {
+      const io::Reader& reader = plan.source_readers->opened(plan.shards[shard].file);
+      if (const io::TensorInfo* info = reader.find(name)) return starts[shard] + size_t(info - reader.tensors().data());
+    }
     const SourceTensor* tensor = plan.source.find(name);
     return tensor ? size_t(tensor - plan.source.tensors.data()) : kMissing;
   };
-  for (const auto& shard : plan.shards) {
+  std::vector<std::pair<size_t, std::string_view>> placed; // (source tensor, output name), shard order
+  std::vector<size_t> entry_from;                          // each changed shard's entries in turn
+  for (size_t s = 0; s < plan.shards.size(); ++s) {
+    const ShardPlan& shard = plan.shards[s];
     if (!shard.changed) continue;
     for (const auto& info : shard.layout.tensors) index.total_size += info.end - info.begin;
     size_t last_source = kUnset;
     for (const auto& entry : shard.entries) {
       size_t from = last_source;
-      if (entry.source == EntrySource::copy) from = position_of(entry.from);
+      if (entry.source == EntrySource::copy) from = position_of(entry.from, s);
       if (entry.source == EntrySource::task_output) {
         const auto& inputs = plan.task_sources[entry.task]; // resolved at plan time: no lookup by name
         from = inputs[std::min(entry.output, inputs.size() - 1)].position;
       }
-      if (from == kUnset) from = position_of(entry.spec.name);
+      if (from == kUnset) from = position_of(entry.spec.name, s);
       if (from != kMissing) placed.emplace_back(from, entry.spec.name);
+      entry_from.push_back(from);
       last_source = from;
     }
   }
@@ -370,24 +380,42 @@ io::ShardIndex output_index(const Plan& plan) {
   std::vector<size_t> next(first.begin(), first.end() - 1);
   for (const auto& [source, name] : placed) by_source[next[source]++] = name;
 
-  // Every name in the order it is first met (a changed shard's entries are met again at the end).
+  // Every name in the order it is first met: the index's, then a changed shard's entries
+  // not met through it (those placed at a source tensor the index named are).
+  std::string_view last_file; // the index's names come shard by shard: its last file's shard
+  size_t last_shard = plan.shards.size();
+  const auto shard_of = [&](const std::string& file) {
+    if (file != last_file) {
+      last_file = file;
+      last_shard = plan.shards.size();
+      for (size_t s = 0; s < plan.shards.size(); ++s) {
+        if (plan.shards[s].file == file) last_shard = s;
+      }
+    }
+    return last_shard;
+  };
+  std::vector<uint8_t> met(sources, 0);
   const auto add = [&](std::string_view name, const std::string& file) { index.weight_map.emplace_back(name, file); };
   index.weight_map.reserve(plan.source_index.weight_map.size() + placed.size());
   for (const auto& [name, file] : plan.source_index.weight_map) {
-    const SourceTensor* tensor = plan.source.find(name);
-    if (tensor && plan.shards[tensor->shard].changed) {
-      const size_t source = size_t(tensor - plan.source.tensors.data());
+    const size_t source = position_of(name, shard_of(file));
+    if (source != kMissing && plan.shards[plan.source.tensors[source].shard].changed) {
+      met[source] = 1;
       for (size_t i = first[source]; i < first[source + 1]; ++i) add(by_source[i], file);
     } else {
       add(name, file);
     }
   }
+  size_t entry = 0;
   for (const auto& shard : plan.shards) {
     if (!shard.changed) {
       for (const auto& info : plan.source_readers->opened(shard.file).tensors()) index.total_size += info.end - info.begin;
       continue;
     }
-    for (const auto& entry : shard.entries) add(entry.spec.name, shard.file);
+    for (const auto& planned : shard.entries) {
+      const size_t from = entry_from[entry++];
+      if (from == kMissing || !met[from]) add(planned.spec.name, shard.file);
+    }
   }
   auto& map = index.weight_map;
   NameIndex first_met;
