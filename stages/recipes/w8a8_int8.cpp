@@ -105,7 +105,12 @@ bool ignore_matches(const std::string& module, const std::vector<std::string>& i
 
 std::string module_kind(std::string_view module) {
   std::string kind;
-  kind.reserve(module.size());
+  module_kind(module, kind);
+  return kind;
+}
+
+void module_kind(std::string_view module, std::string& kind) {
+  kind.clear();
   size_t begin = 0;
   while (begin <= module.size()) {
     const size_t end = std::min(module.find('.', begin), module.size());
@@ -117,7 +122,6 @@ std::string module_kind(std::string_view module) {
     }
     begin = end + 1;
   }
-  return kind;
 }
 
 RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
@@ -181,11 +185,15 @@ using Kinds = std::map<std::string, KindTotals, std::less<>>;
 // Per-kind totals of the INT8 tasks and of the BF16 ones, in one pass over the tasks.
 std::pair<Kinds, Kinds> kind_totals(const RecipePlan& plan, std::span<const TaskTotals> totals) {
   std::pair<Kinds, Kinds> int8_and_bf16;
+  std::string name; // the task's kind, in one buffer for all tasks: a map key only when new
   for (size_t t = 0; t < plan.tasks.size(); ++t) {
     const Task& task = plan.tasks[t];
     const bool bf16 = task.codec == CodecKind::fp8_to_bf16 || task.codec == CodecKind::fp4_to_bf16;
     Kinds& kinds = bf16 ? int8_and_bf16.second : int8_and_bf16.first;
-    KindTotals& kind = kinds[module_kind(task.name)];
+    module_kind(task.name, name);
+    auto found = kinds.find(name);
+    if (found == kinds.end()) found = kinds.emplace(name, KindTotals{}).first;
+    KindTotals& kind = found->second;
     ++kind.tensors;
     kind.rows += task.rows;
     kind.zero_rows += totals[t].stats.zero_blocks;
