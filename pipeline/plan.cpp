@@ -124,9 +124,7 @@ void plan_shards(Plan& plan, int ranks) {
 // is looked up in that shard's index: small enough to stay in cache while the shard's
 // tasks are planned, where the whole view's (100K names) costs a few cache misses a lookup.
 void plan_task_inputs(Plan& plan) {
-  std::vector<size_t> shard_first(plan.shards.size() + 1, 0); // the view's first tensor of each shard
-  for (const auto& tensor : plan.source.tensors) ++shard_first[tensor.shard + 1];
-  for (size_t s = 0; s < plan.shards.size(); ++s) shard_first[s + 1] += shard_first[s];
+  const std::vector<size_t> shard_first = plan.source.shard_starts(); // the view's first tensor of each shard
   std::vector<const io::Reader*> readers;
   for (const auto& shard : plan.shards) readers.push_back(&plan.source_readers->opened(shard.file));
   plan.task_sources.reserve(plan.tasks().size());

@@ -103,12 +103,6 @@ bool ignore_matches(const std::string& module, const std::vector<std::string>& i
   return false;
 }
 
-std::string module_kind(std::string_view module) {
-  std::string kind;
-  module_kind(module, kind);
-  return kind;
-}
-
 void module_kind(std::string_view module, std::string& kind) {
   kind.clear();
   size_t begin = 0;

@@ -35,7 +35,6 @@ bool ignore_matches(const std::string& module, const std::vector<std::string>& i
 
 // The kind of a module for the report: its name without layer and expert numbers and
 // without the leading "layers." (layers.3.ffn.experts.7.w1 -> ffn.experts.w1).
-std::string module_kind(std::string_view module);
 void module_kind(std::string_view module, std::string& kind); // into `kind`, reusing its buffer
 
 } // namespace shardq
