@@ -436,43 +436,47 @@ HWY_INLINE uint32_t SmallestByte(V v) {
   return hn::GetLane(hn::MinOfLanes(d16, hn::Min(hn::And(wide, hn::Set(d16, uint16_t{0xFF})), hn::ShiftRight<8>(wide))));
 }
 
-#if HWY_TARGET <= HWY_AVX3
 // The largest key of a row's blocks in bytes, as key - k0 * smallest b (k0 = 8 for FP8, 2
-// for FP4), where that fits a byte: a 64-byte vector holds `per` blocks (2 of FP8's 32
-// codes, 4 of FP4's 16 bytes); `magnitude` turns its bytes into each one's key without the
-// scale (at most 119 for FP8, 5 for FP4), and each block's k0 * (b - smallest) is spread
-// over its bytes from a broadcast of the vector's scale bytes (one byte shuffle). Folds
-// the largest key into `key`; `done`: the blocks covered (whole vectors; the caller takes
-// the rest). Returns false where a key would not fit in a byte.
-template <int kShift, class Magnitude>
-HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, size_t per, uint32_t top,
-                           uint8_t smallest, uint8_t largest, const Magnitude& magnitude, uint32_t& key, size_t& done,
+// for FP4), where that fits a byte: a vector holds whole blocks of kBlockBytes (FP8's 32
+// codes, FP4's 16 bytes: one or two on AVX2, two or four on AVX-512); `magnitude` turns its
+// bytes into each one's key without the scale (at most 119 for FP8, 5 for FP4), and each
+// block's k0 * (b - smallest) is spread over its bytes from a broadcast of the vector's
+// scale bytes (one byte shuffle). Folds the largest key into `key`; `done`: the blocks
+// covered (whole vectors; the caller takes the rest). Returns false where a key would not
+// fit in a byte.
+template <int kShift, size_t kBlockBytes, class Magnitude>
+HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, uint32_t top, uint8_t smallest,
+                           uint8_t largest, const Magnitude& magnitude, uint32_t& key, size_t& done,
                            uint32_t& largest_magnitude) {
   constexpr uint32_t k0 = 1u << kShift;
-  const hn::Full512<uint8_t> d8;
-  const hn::Full512<uint32_t> d32;
-  if (top + k0 * uint32_t(largest - smallest) > 255) return false;
-  HWY_ALIGN static constexpr uint8_t kSpread[2][64] = {
-      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-       1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
-      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-       2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3}};
-  const auto spread = hn::Load(d8, kSpread[per == 4 ? 1 : 0]);
+  const hn::ScalableTag<uint8_t> d8;
+  const hn::Repartition<uint32_t, decltype(d8)> d32;
+  const size_t lanes = hn::Lanes(d8), per = lanes / kBlockBytes;
+  if (per == 0 || per > 4 || top + k0 * uint32_t(largest - smallest) > 255) return false;
+  // Byte i of a vector is in its block i / kBlockBytes (vpshufb reads each 128-bit lane's own
+  // copy of the broadcast).
+  HWY_ALIGN static constexpr auto kSpread = [] {
+    std::array<uint8_t, 64> spread{};
+    for (size_t i = 0; i < spread.size(); ++i) spread[i] = uint8_t(i / kBlockBytes);
+    return spread;
+  }();
+  const auto spread = hn::Load(d8, kSpread.data());
   HWY_ALIGN uint8_t offsets[kFusedBlocks + 64] = {};
   auto keys = hn::Zero(d8), magnitudes = hn::Zero(d8);
   done = blocks / per * per;
   for (size_t chunk = 0; chunk < done; chunk += kFusedBlocks) {
     const size_t count = std::min(kFusedBlocks, done - chunk);
-    for (size_t b = 0; b < count; b += 64) {
-      const auto present = hn::FirstN(d8, count - b);
-      const auto relative = hn::Sub(hn::MaskedLoad(present, d8, scales + chunk + b), hn::Set(d8, smallest));
+    size_t b = 0;
+    for (; b + lanes <= count; b += lanes) {
+      const auto relative = hn::Sub(hn::LoadU(d8, scales + chunk + b), hn::Set(d8, smallest));
       hn::Store(hn::ShiftLeft<kShift>(relative), d8, offsets + b);
     }
-    for (size_t b = 0; b < count; b += per) {
+    for (; b < count; ++b) offsets[b] = uint8_t((scales[chunk + b] - smallest) << kShift);
+    for (b = 0; b < count; b += per) {
       uint32_t four;
       std::memcpy(&four, offsets + b, sizeof(four));
       const auto offset = hn::TableLookupBytes(hn::BitCast(d8, hn::Set(d32, four)), spread);
-      const auto value_magnitude = magnitude(hn::LoadU(d8, bytes + (chunk + b) / per * 64));
+      const auto value_magnitude = magnitude(hn::LoadU(d8, bytes + (chunk + b) * kBlockBytes));
       keys = hn::Max(keys, hn::Add(value_magnitude, offset));
       magnitudes = hn::Max(magnitudes, value_magnitude);
     }
@@ -481,7 +485,6 @@ HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t b
   largest_magnitude = LargestByte(magnitudes);
   return true;
 }
-#endif
 
 // The amax of a row of FP8 blocks by a 16-bit key per code: key = (|code| - 8, at least 0)
 // + 8 * b. For a normal code (|code| = e << 3 | mmm, e >= 1) that is 8 (e - 1 + b) + mmm:
@@ -498,16 +501,12 @@ HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t b
   auto keys = hn::Zero(d16), magnitudes = hn::Zero(d16);
   uint32_t byte_key = 0, byte_magnitude = 0;
   size_t first = 0;
-#if HWY_TARGET <= HWY_AVX3
-  const auto magnitude = [](hn::Vec<hn::Full512<uint8_t>> v) {
-    const hn::Full512<uint8_t> d;
+  const auto magnitude = [](auto v) {
+    const hn::DFromV<decltype(v)> d;
     return hn::SaturatedSub(hn::And(v, hn::Set(d, uint8_t{0x7F})), hn::Set(d, uint8_t{8}));
   };
-  if (!MaxByteKey<3>(codes, scales, blocks, 2, 119, smallest_b, largest_b, magnitude, byte_key, first, byte_magnitude))
+  if (!MaxByteKey<3, kSourceBlock>(codes, scales, blocks, 119, smallest_b, largest_b, magnitude, byte_key, first, byte_magnitude))
     first = 0;
-#else
-  (void)smallest_b;
-#endif
   for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(8 * scales[block]));
     for (size_t column = block * kSourceBlock; column < (block + 1) * kSourceBlock; column += n) {
@@ -541,20 +540,16 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
   auto keys = hn::Zero(d16);
   uint32_t byte_key = 0;
   size_t first = 0;
-#if HWY_TARGET <= HWY_AVX3
-  const auto magnitude = [](hn::Vec<hn::Full512<uint8_t>> v) {
-    const hn::Full512<uint8_t> d;
-    const hn::Full512<uint16_t> dw;
+  const auto magnitude = [](auto v) {
+    const hn::DFromV<decltype(v)> d;
+    const hn::RepartitionToWide<decltype(d)> dw;
     const auto low = hn::And(v, hn::Set(d, uint8_t{7}));
     const auto high = hn::And(hn::BitCast(d, hn::ShiftRight<4>(hn::BitCast(dw, v))), hn::Set(d, uint8_t{7}));
     return hn::SaturatedSub(hn::Max(low, high), hn::Set(d, uint8_t{2}));
   };
   uint32_t byte_magnitude = 0;
-  if (!MaxByteKey<1>(packed, scales, blocks, 4, 5, smallest_b, largest_b, magnitude, byte_key, first, byte_magnitude))
+  if (!MaxByteKey<1, kSourceBlock / 2>(packed, scales, blocks, 5, smallest_b, largest_b, magnitude, byte_key, first, byte_magnitude))
     first = 0;
-#else
-  (void)smallest_b;
-#endif
   for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(2 * scales[block]));
     for (size_t byte = block * kSourceBlock / 2; byte < (block + 1) * kSourceBlock / 2; byte += n) {
@@ -599,6 +594,86 @@ HWY_INLINE void QuantizeFusedRow(const DecodeBlock& decode_block, const uint8_t*
   }
   terms.AddTo(totals);
 }
+
+#if HWY_TARGET == HWY_AVX2
+// FP4 rows by tables per block scale (AVX2, where the fused vector path costs more than
+// the bytes are worth: 8 lanes a vector). A block's 32 values are 16 nibbles (sign
+// included) times one scale, so each scale the row uses has its 16 values quantized once,
+// by the fused path's own vector operations (so to the same bits), into byte tables: the
+// codes and the two bytes of each report term. A block then takes its codes and term bytes
+// by one vpshufb each, and vpsadbw sums the term bytes.
+constexpr size_t kScaleTableMinCols = 512; // below, filling the tables costs more than they save
+constexpr int kScaleTables = 64;           // rows spanning more scales take the fused vector path
+
+struct NibbleTables {
+  HWY_ALIGN uint8_t code[16];    // signed
+  HWY_ALIGN uint8_t term[4][16]; // source term bytes 0..1, error term bytes 0..1
+};
+
+// The tables of block scale byte `b`: E2M1's 16 values (two vectors) decoded to x' as
+// QuantizeFusedRow decodes them, then quantized as QuantizeVector quantizes them.
+HWY_INLINE void FillNibbleTables(int b, const Int8Row& row, const QuotientTable& table, NibbleTables& out) {
+  const DF df;
+  const VF unit = hn::Set(df, std::bit_cast<float>(uint32_t(b + Int8::error_shift - row.k) << 23));
+  const VF m = hn::Set(df, row.m);
+  for (size_t half = 0; half < 16; half += 8) {
+    const VF scaled = hn::Mul(hn::LoadU(df, E2M1::values.data() + half), unit);
+    VF error;
+    const VF rounded = RoundedQuotient(scaled, table.Quotient(scaled), m, error);
+    const auto source_term = Term(SourceOfScaled(scaled)), error_term = Term(error);
+    hn::StoreU(LowBytes(hn::BitCast(DU(), rounded)), D8(), out.code + half);
+    hn::StoreU(LowBytes(source_term), D8(), out.term[0] + half);
+    hn::StoreU(LowBytes(hn::ShiftRight<8>(source_term)), D8(), out.term[1] + half);
+    hn::StoreU(LowBytes(error_term), D8(), out.term[2] + half);
+    hn::StoreU(LowBytes(hn::ShiftRight<8>(error_term)), D8(), out.term[3] + half);
+  }
+}
+
+// 32 FP4 values (16 bytes, low nibble first) as their nibbles in column order.
+HWY_INLINE __m256i Fp4Nibbles(const uint8_t* packed) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i low = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
+  const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
+  return _mm256_set_m128i(_mm_unpackhi_epi8(low, high), _mm_unpacklo_epi8(low, high));
+}
+
+// QuantizeFusedRow's codes and terms for a row of FP4 blocks whose scale bytes lie in
+// [smallest, largest]; false (nothing written) where the row is too short or spans too many
+// scales for the tables to pay.
+HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, const uint8_t* scales, size_t cols,
+                                    uint8_t smallest, uint8_t largest, const Int8Row& row, int8_t* codes,
+                                    TermTotals& totals) {
+  if (cols < kScaleTableMinCols || largest - smallest >= kScaleTables) return false;
+  const QuotientTable quotients(row.m);
+  NibbleTables by_scale[kScaleTables];
+  for (int b = smallest; b <= largest; ++b) FillNibbleTables(b, row, quotients, by_scale[b - smallest]);
+  const __m256i zero = _mm256_setzero_si256();
+  // A term's two bytes summed by vpsadbw into u64 lanes, byte 1 weighted by 2^8.
+  const auto term_sum = [zero](__m256i byte0, __m256i byte1) {
+    return _mm256_add_epi64(_mm256_sad_epu8(byte0, zero), _mm256_slli_epi64(_mm256_sad_epu8(byte1, zero), 8));
+  };
+  __m256i source_sum = zero, error_sum = zero;
+  for (size_t column = 0; column < cols; column += kSourceBlock) {
+    hwy::Prefetch(packed + source_bytes + column / 2); // the next row's, for its amax pass
+    const NibbleTables& scale = by_scale[scales[column / kSourceBlock] - smallest];
+    const __m256i nibbles = Fp4Nibbles(packed + column / 2);
+    const auto lookup = [nibbles](const uint8_t* table) {
+      return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table))), nibbles);
+    };
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + column), lookup(scale.code));
+    source_sum = _mm256_add_epi64(source_sum, term_sum(lookup(scale.term[0]), lookup(scale.term[1])));
+    error_sum = _mm256_add_epi64(error_sum, term_sum(lookup(scale.term[2]), lookup(scale.term[3])));
+  }
+  const auto total = [](__m256i lanes) {
+    HWY_ALIGN uint64_t lane[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lane), lanes);
+    return lane[0] + lane[1] + lane[2] + lane[3];
+  };
+  totals.source_sq += total(source_sum);
+  totals.error_sq += total(error_sum);
+  return true;
+}
+#endif
 
 // The smallest and largest scale byte of `blocks`.
 HWY_INLINE void ScaleRange(const uint8_t* scales, size_t blocks, uint8_t& smallest, uint8_t& largest) {
@@ -853,7 +928,11 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, const DecodeBlock& decode_blo
   if (!VectorScale(row.scale) || smallest + unit_shift < smallest_x || largest + shift + unit_shift > 254)
     return NAN;
   TermTotals totals;
-  QuantizeFusedRow(decode_block, source, source_bytes, scales, size_t(cols), shift, row, out, totals);
+  bool by_tables = false;
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (kFp4) by_tables = Fp4RowByScaleTables(source, source_bytes, scales, size_t(cols), smallest, largest, row, out, totals);
+#endif
+  if (!by_tables) QuantizeFusedRow(decode_block, source, source_bytes, scales, size_t(cols), shift, row, out, totals);
   if (sums) *sums = SumsOf(totals, row, false);
   return row.scale;
 }

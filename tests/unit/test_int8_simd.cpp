@@ -282,6 +282,10 @@ TEST(Int8Simd, Fp4RowsEqualDecodeAndRef) {
         expect_fp4_equals_ref(random_source(rng, cols, false, 120, 2), label("fp4 two scales", cols, trial, on));
         expect_fp4_equals_ref(random_source(rng, cols, false, 0, 4), label("fp4 tiny", cols, trial, on));
         expect_fp4_equals_ref(random_source(rng, cols, false, 240, 13), label("fp4 huge", cols, trial, on)); // 6 * 2^125 at most
+        // Scales over many binades: tables for 40 scales on AVX2, and rows of 90 (past its 64
+        // tables) on the fused vector path.
+        expect_fp4_equals_ref(random_source(rng, cols, false, 70, 40), label("fp4 spread", cols, trial, on));
+        expect_fp4_equals_ref(random_source(rng, cols, false, 40, 90), label("fp4 wide", cols, trial, on));
       }
     }
   });
