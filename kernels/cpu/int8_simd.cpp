@@ -142,9 +142,10 @@ struct QuotientTable {
   VF table;
   explicit QuotientTable(float scale) {
     const DF df;
-    HWY_ALIGN float entries[hn::MaxLanes(DF())];
-    for (size_t l = 0; l < hn::Lanes(df); ++l) entries[l] = (1.0f + float(l % 8) * 0.125f) / scale;
-    table = hn::Load(df, entries);
+    HWY_ALIGN static constexpr float kSignificands[16] = {1.0f,   1.125f, 1.25f, 1.375f, 1.5f,   1.625f, 1.75f, 1.875f,
+                                                          1.0f,   1.125f, 1.25f, 1.375f, 1.5f,   1.625f, 1.75f, 1.875f};
+    static_assert(hn::MaxLanes(DF()) <= 16);
+    table = hn::Div(hn::Load(df, kSignificands), hn::Set(df, scale)); // one rounded quotient a lane, as a scalar one
   }
   HWY_INLINE VF Quotient(VF x) const {
     const DF df;
@@ -461,7 +462,7 @@ HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t b
     return spread;
   }();
   const auto spread = hn::Load(d8, kSpread.data());
-  HWY_ALIGN uint8_t offsets[kFusedBlocks + 64] = {};
+  HWY_ALIGN uint8_t offsets[kFusedBlocks + 4]; // + 4: a vector's scale bytes are read 4 at a time
   auto keys = hn::Zero(d8), magnitudes = hn::Zero(d8);
   done = blocks / per * per;
   for (size_t chunk = 0; chunk < done; chunk += kFusedBlocks) {
@@ -472,6 +473,7 @@ HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t b
       hn::Store(hn::ShiftLeft<kShift>(relative), d8, offsets + b);
     }
     for (; b < count; ++b) offsets[b] = uint8_t((scales[chunk + b] - smallest) << kShift);
+    std::memset(offsets + count, 0, 4); // read with the last vector's, never spread
     for (b = 0; b < count; b += per) {
       uint32_t four;
       std::memcpy(&four, offsets + b, sizeof(four));
@@ -619,8 +621,7 @@ HWY_INLINE void QuantizeFusedRow(const DecodeBlock& decode_block, const uint8_t*
 // by the fused path's own vector operations (so to the same bits), into byte tables: the
 // codes and the two bytes of each report term. A block then takes its codes and term bytes
 // by one vpshufb each, and vpsadbw sums the term bytes.
-constexpr size_t kScaleTableMinCols = 512; // below, filling the tables costs more than they save
-constexpr int kScaleTables = 64;           // rows spanning more scales take the fused vector path
+constexpr int kScaleTables = 64; // rows spanning more scales take the fused vector path
 
 struct NibbleTables {
   HWY_ALIGN uint8_t code[16];    // signed
@@ -655,15 +656,28 @@ HWY_INLINE __m256i Fp4Nibbles(const uint8_t* packed) {
 }
 
 // QuantizeFusedRow's codes and terms for a row of FP4 blocks whose scale bytes lie in
-// [smallest, largest]; false (nothing written) where the row is too short or spans too many
-// scales for the tables to pay.
+// [smallest, largest]; false (nothing written) where the row spans too many scales. A
+// row of fewer blocks than scales in its span fills only the scales its blocks have
+// (filling one costs about two blocks' lookups), so even a row of one block costs no more
+// than the fused path's.
 HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, const uint8_t* scales, size_t cols,
                                     uint8_t smallest, uint8_t largest, const Int8Row& row, int8_t* codes,
                                     TermTotals& totals) {
-  if (cols < kScaleTableMinCols || largest - smallest >= kScaleTables) return false;
+  if (largest - smallest >= kScaleTables) return false;
   const QuotientTable quotients(row.m);
   NibbleTables by_scale[kScaleTables];
-  for (int b = smallest; b <= largest; ++b) FillNibbleTables(b, row, quotients, by_scale[b - smallest]);
+  // The scales to fill, less the smallest: every one in the span, unless the row has
+  // fewer blocks than that (then the ones its blocks have).
+  const size_t blocks = cols / kSourceBlock, span = size_t(largest - smallest) + 1;
+  uint64_t used = span == kScaleTables ? ~uint64_t{0} : (uint64_t{1} << span) - 1;
+  if (blocks < span) {
+    used = 0;
+    for (size_t block = 0; block < blocks; ++block) used |= uint64_t{1} << (scales[block] - smallest);
+  }
+  for (; used != 0; used &= used - 1) {
+    const int b = smallest + std::countr_zero(used);
+    FillNibbleTables(b, row, quotients, by_scale[b - smallest]);
+  }
   const __m256i zero = _mm256_setzero_si256();
   // A term's two bytes summed by vpsadbw into u64 lanes, byte 1 weighted by 2^8.
   const auto term_sum = [zero](__m256i byte0, __m256i byte1) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -277,63 +278,75 @@ void BM_transcode_mxfp4_nvfp4(benchmark::State& state) {
 // codec's whole chunk (encode_chunk: NaN scan, decode, quantize, figures); next to memcpy
 // of the same output bytes. GB/s counts OUTPUT bytes: I8 codes + one F32 scale per row
 // (8 MiB + 16 KiB).
+// The _narrow rows are the same bytes as 131072 rows x 64 columns (the real-count fixture's
+// expert width: per-row costs show there).
 constexpr int kInt8Rows = 4096;
 constexpr int kInt8Cols = 2048;
+constexpr int kInt8NarrowCols = 64;
 constexpr size_t kInt8CodeBytes = size_t(kInt8Rows) * kInt8Cols;
 constexpr size_t kInt8ScaleBytes = size_t(kInt8Rows) * sizeof(float);
 
 struct LinearSourceBytes {
+  int rows = 0, cols = 0;
   std::vector<uint8_t> codes, scales;
 };
 
-// E4M3 [4096, 2048] (no NaN code), E8M0 [128, 64] around 2^-8.
-const LinearSourceBytes& int8_fp8_source() {
-  static const LinearSourceBytes source = [] {
-    LinearSourceBytes out{std::vector<uint8_t>(kInt8CodeBytes), std::vector<uint8_t>(size_t(kInt8Rows / 32) * (kInt8Cols / 32))};
-    std::mt19937 rng(46);
-    for (auto& c : out.codes) {
-      c = uint8_t(rng());
-      if (shardq::E4M3::is_nan(c)) c = 0x7E;
-    }
-    for (auto& s : out.scales) s = uint8_t(115 + rng() % 10);
-    return out;
-  }();
-  return source;
+// E4M3 [rows, cols] (no NaN code), E8M0 [rows / 32, cols / 32] around 2^-8.
+LinearSourceBytes make_int8_fp8_source(int cols) {
+  const int rows = int(kInt8CodeBytes / size_t(cols));
+  LinearSourceBytes out{rows, cols, std::vector<uint8_t>(kInt8CodeBytes), std::vector<uint8_t>(size_t(rows / 32) * size_t(cols / 32))};
+  std::mt19937 rng(46);
+  for (auto& c : out.codes) {
+    c = uint8_t(rng());
+    if (shardq::E4M3::is_nan(c)) c = 0x7E;
+  }
+  for (auto& s : out.scales) s = uint8_t(115 + rng() % 10);
+  return out;
 }
 
-// E2M1 codes [4096, 2048 / 2], E8M0 [4096, 2048 / 32].
-const LinearSourceBytes& int8_fp4_source() {
-  static const LinearSourceBytes source = [] {
-    LinearSourceBytes out{std::vector<uint8_t>(kInt8CodeBytes / 2), std::vector<uint8_t>(size_t(kInt8Rows) * (kInt8Cols / 32))};
-    std::mt19937 rng(47);
-    for (auto& c : out.codes) c = uint8_t(rng());
-    for (auto& s : out.scales) s = uint8_t(115 + rng() % 10);
-    return out;
-  }();
-  return source;
+// E2M1 codes [rows, cols / 2], E8M0 [rows, cols / 32].
+LinearSourceBytes make_int8_fp4_source(int cols) {
+  const int rows = int(kInt8CodeBytes / size_t(cols));
+  LinearSourceBytes out{rows, cols, std::vector<uint8_t>(kInt8CodeBytes / 2), std::vector<uint8_t>(size_t(rows) * size_t(cols / 32))};
+  std::mt19937 rng(47);
+  for (auto& c : out.codes) c = uint8_t(rng());
+  for (auto& s : out.scales) s = uint8_t(115 + rng() % 10);
+  return out;
 }
 
-void set_int8_counters(benchmark::State& state) {
+const LinearSourceBytes& int8_source(shardq::LinearSource kind, int cols) {
+  static std::map<std::pair<shardq::LinearSource, int>, LinearSourceBytes> sources;
+  auto it = sources.find({kind, cols});
+  if (it == sources.end()) {
+    it = sources.emplace(std::pair{kind, cols}, kind == shardq::LinearSource::fp8_block32 ? make_int8_fp8_source(cols)
+                                                                                           : make_int8_fp4_source(cols)).first;
+  }
+  return it->second;
+}
+
+void set_int8_counters(benchmark::State& state, int rows) {
   const double iterations = double(state.iterations());
-  state.counters["GB/s"] = benchmark::Counter(iterations * double(kInt8CodeBytes + kInt8ScaleBytes) / 1e9, benchmark::Counter::kIsRate);
-  state.counters["rows/s"] = benchmark::Counter(iterations * kInt8Rows, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] = benchmark::Counter(iterations * double(kInt8CodeBytes + size_t(rows) * sizeof(float)) / 1e9,
+                                              benchmark::Counter::kIsRate);
+  state.counters["rows/s"] = benchmark::Counter(iterations * rows, benchmark::Counter::kIsRate);
 }
 
 // Row by row: quantize_linear_row_int8 (the SIMD kernels' fused decode + quantize), or the
 // scalar truth it is tested against (decode_linear_row + quantize_row_int8_ref).
 template <bool kRef>
-void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, const LinearSourceBytes& source) {
-  const shardq::LinearRows rows{kind, "weight", "scale", 0, kInt8Rows, kInt8Cols, source.codes, source.scales};
+void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, int cols) {
+  const LinearSourceBytes& source = int8_source(kind, cols);
+  const shardq::LinearRows rows{kind, "weight", "scale", 0, uint64_t(source.rows), cols, source.codes, source.scales};
   std::vector<int8_t> codes(kInt8CodeBytes);
-  std::vector<float> scales(kInt8Rows), values(kInt8Cols);
+  std::vector<float> scales(static_cast<size_t>(source.rows)), values(static_cast<size_t>(cols));
   for (auto _ : state) {
     double error_sq = 0.0;
-    for (int r = 0; r < kInt8Rows; ++r) {
+    for (int r = 0; r < source.rows; ++r) {
       shardq::Int8RowSums sums;
-      int8_t* row_codes = codes.data() + size_t(r) * kInt8Cols;
+      int8_t* row_codes = codes.data() + size_t(r) * size_t(cols);
       if constexpr (kRef) {
         shardq::decode_linear_row(rows, uint64_t(r), values.data());
-        scales[size_t(r)] = shardq::quantize_row_int8_ref(values.data(), kInt8Cols, row_codes, &sums);
+        scales[size_t(r)] = shardq::quantize_row_int8_ref(values.data(), cols, row_codes, &sums);
       } else {
         scales[size_t(r)] = shardq::quantize_linear_row_int8(rows, uint64_t(r), row_codes, &sums);
       }
@@ -342,17 +355,22 @@ void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, const Lin
     benchmark::DoNotOptimize(error_sq);
     benchmark::ClobberMemory();
   }
-  set_int8_counters(state);
+  set_int8_counters(state, source.rows);
 }
 
-void BM_int8_fp8_rows(benchmark::State& state) { run_int8_rows<false>(state, shardq::LinearSource::fp8_block32, int8_fp8_source()); }
-void BM_int8_fp4_rows(benchmark::State& state) { run_int8_rows<false>(state, shardq::LinearSource::fp4_row32, int8_fp4_source()); }
-void BM_int8_fp8_rows_ref(benchmark::State& state) { run_int8_rows<true>(state, shardq::LinearSource::fp8_block32, int8_fp8_source()); }
-void BM_int8_fp4_rows_ref(benchmark::State& state) { run_int8_rows<true>(state, shardq::LinearSource::fp4_row32, int8_fp4_source()); }
+constexpr auto kFp8 = shardq::LinearSource::fp8_block32;
+constexpr auto kFp4 = shardq::LinearSource::fp4_row32;
+void BM_int8_fp8_rows(benchmark::State& state) { run_int8_rows<false>(state, kFp8, kInt8Cols); }
+void BM_int8_fp4_rows(benchmark::State& state) { run_int8_rows<false>(state, kFp4, kInt8Cols); }
+void BM_int8_fp8_rows_narrow(benchmark::State& state) { run_int8_rows<false>(state, kFp8, kInt8NarrowCols); }
+void BM_int8_fp4_rows_narrow(benchmark::State& state) { run_int8_rows<false>(state, kFp4, kInt8NarrowCols); }
+void BM_int8_fp8_rows_ref(benchmark::State& state) { run_int8_rows<true>(state, kFp8, kInt8Cols); }
+void BM_int8_fp4_rows_ref(benchmark::State& state) { run_int8_rows<true>(state, kFp4, kInt8Cols); }
 
 // The codec's chunk of 4096 rows as the worker calls it (output buffers reused).
-void run_int8_codec(benchmark::State& state, shardq::CodecKind codec, const LinearSourceBytes& source) {
+void run_int8_codec(benchmark::State& state, shardq::CodecKind codec) {
   const bool fp8 = codec == shardq::CodecKind::fp8_to_int8;
+  const LinearSourceBytes& source = int8_source(fp8 ? kFp8 : kFp4, kInt8Cols);
   shardq::Task task;
   task.name = "bench";
   task.codec = codec;
@@ -372,11 +390,11 @@ void run_int8_codec(benchmark::State& state, shardq::CodecKind codec, const Line
     benchmark::DoNotOptimize(shardq::encode_chunk(chunk, context, out, nullptr));
     benchmark::ClobberMemory();
   }
-  set_int8_counters(state);
+  set_int8_counters(state, kInt8Rows);
 }
 
-void BM_int8_fp8_codec(benchmark::State& state) { run_int8_codec(state, shardq::CodecKind::fp8_to_int8, int8_fp8_source()); }
-void BM_int8_fp4_codec(benchmark::State& state) { run_int8_codec(state, shardq::CodecKind::fp4_to_int8, int8_fp4_source()); }
+void BM_int8_fp8_codec(benchmark::State& state) { run_int8_codec(state, shardq::CodecKind::fp8_to_int8); }
+void BM_int8_fp4_codec(benchmark::State& state) { run_int8_codec(state, shardq::CodecKind::fp4_to_int8); }
 
 // memcpy of the output bytes (codes + scales) the rows above write.
 void BM_memcpy_int8_output(benchmark::State& state) {
@@ -387,7 +405,7 @@ void BM_memcpy_int8_output(benchmark::State& state) {
     std::memcpy(to_scales.data(), from_scales.data(), kInt8ScaleBytes);
     benchmark::ClobberMemory();
   }
-  set_int8_counters(state);
+  set_int8_counters(state, kInt8Rows);
 }
 
 } // namespace
@@ -411,6 +429,8 @@ BENCHMARK(BM_transcode_mxfp4_nvfp4)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_memcpy_int8_output)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp8_rows)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp4_rows)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_fp8_rows_narrow)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_fp4_rows_narrow)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp8_rows_ref)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp4_rows_ref)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp8_codec)->Unit(benchmark::kMillisecond);
