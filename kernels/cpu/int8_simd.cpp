@@ -443,12 +443,13 @@ HWY_INLINE uint32_t SmallestByte(V v) {
 // bytes into each one's key without the scale (at most 119 for FP8, 5 for FP4), and each
 // block's k0 * (b - smallest) is spread over its bytes from a broadcast of the vector's
 // scale bytes (one byte shuffle). Folds the largest key into `key`; `done`: the blocks
-// covered (whole vectors; the caller takes the rest). Returns false where a key would not
-// fit in a byte.
+// covered (whole vectors; the caller takes the rest); `largest_magnitude`, where not null:
+// the largest of the bytes `magnitude` made. Returns false where a key would not fit in a
+// byte.
 template <int kShift, size_t kBlockBytes, class Magnitude>
 HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, uint32_t top, uint8_t smallest,
                            uint8_t largest, const Magnitude& magnitude, uint32_t& key, size_t& done,
-                           uint32_t& largest_magnitude) {
+                           uint32_t* largest_magnitude) {
   constexpr uint32_t k0 = 1u << kShift;
   const hn::ScalableTag<uint8_t> d8;
   const hn::Repartition<uint32_t, decltype(d8)> d32;
@@ -480,11 +481,11 @@ HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t b
       const auto offset = hn::TableLookupBytes(hn::BitCast(d8, hn::Set(d32, four)), spread);
       const auto value_magnitude = magnitude(hn::LoadU(d8, bytes + (chunk + b) * kBlockBytes));
       keys = hn::Max(keys, hn::Add(value_magnitude, offset));
-      magnitudes = hn::Max(magnitudes, value_magnitude);
+      if (largest_magnitude) magnitudes = hn::Max(magnitudes, value_magnitude);
     }
   }
   key = std::max(key, LargestByte(keys) + k0 * smallest);
-  largest_magnitude = LargestByte(magnitudes);
+  if (largest_magnitude) *largest_magnitude = LargestByte(magnitudes);
   return true;
 }
 
@@ -507,7 +508,7 @@ HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t b
     const hn::DFromV<decltype(v)> d;
     return hn::SaturatedSub(hn::And(v, hn::Set(d, uint8_t{0x7F})), hn::Set(d, uint8_t{8}));
   };
-  if (!MaxByteKey<3, kSourceBlock>(codes, scales, blocks, 119, smallest_b, largest_b, magnitude, byte_key, first, byte_magnitude))
+  if (!MaxByteKey<3, kSourceBlock>(codes, scales, blocks, 119, smallest_b, largest_b, magnitude, byte_key, first, &byte_magnitude))
     first = 0;
   for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(8 * scales[block]));
@@ -549,8 +550,7 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
     const auto high = hn::And(hn::BitCast(d, hn::ShiftRight<4>(hn::BitCast(dw, v))), hn::Set(d, uint8_t{7}));
     return hn::SaturatedSub(hn::Max(low, high), hn::Set(d, uint8_t{2}));
   };
-  uint32_t byte_magnitude = 0;
-  if (!MaxByteKey<1, kSourceBlock / 2>(packed, scales, blocks, 5, smallest_b, largest_b, magnitude, byte_key, first, byte_magnitude))
+  if (!MaxByteKey<1, kSourceBlock / 2>(packed, scales, blocks, 5, smallest_b, largest_b, magnitude, byte_key, first, nullptr))
     first = 0;
   for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(2 * scales[block]));
@@ -625,26 +625,36 @@ constexpr int kScaleTables = 64; // rows spanning more scales take the fused vec
 
 struct NibbleTables {
   HWY_ALIGN uint8_t code[16];    // signed
-  HWY_ALIGN uint8_t term[4][16]; // source term bytes 0..1, error term bytes 0..1
+  HWY_ALIGN uint8_t term[4][16]; // source term bytes 0..1, error term bytes 0..1 (two 32-byte stores)
 };
 
-// The tables of block scale byte `b`: E2M1's 16 values (two vectors) decoded to x' as
-// QuantizeFusedRow decodes them, then quantized as QuantizeVector quantizes them.
+// The tables of block scale byte `b`: E2M1's 8 magnitudes decoded to x' as
+// QuantizeFusedRow decodes them, then quantized as QuantizeVector quantizes them. The 8
+// negative nibbles take the negated codes and the same terms: every step of the fused path
+// is symmetric in the sign (products, the biased rounding half to even, the squares).
 HWY_INLINE void FillNibbleTables(int b, const Int8Row& row, const QuotientTable& table, NibbleTables& out) {
   const DF df;
   const VF unit = hn::Set(df, std::bit_cast<float>(uint32_t(b + Int8::error_shift - row.k) << 23));
-  const VF m = hn::Set(df, row.m);
-  for (size_t half = 0; half < 16; half += 8) {
-    const VF scaled = hn::Mul(hn::LoadU(df, E2M1::values.data() + half), unit);
-    VF error;
-    const VF rounded = RoundedQuotient(scaled, table.Quotient(scaled), m, error);
-    const auto source_term = Term(SourceOfScaled(scaled)), error_term = Term(error);
-    hn::StoreU(LowBytes(hn::BitCast(DU(), rounded)), D8(), out.code + half);
-    hn::StoreU(LowBytes(source_term), D8(), out.term[0] + half);
-    hn::StoreU(LowBytes(hn::ShiftRight<8>(source_term)), D8(), out.term[1] + half);
-    hn::StoreU(LowBytes(error_term), D8(), out.term[2] + half);
-    hn::StoreU(LowBytes(hn::ShiftRight<8>(error_term)), D8(), out.term[3] + half);
-  }
+  const VF scaled = hn::Mul(hn::LoadU(df, E2M1::values.data()), unit);
+  VF error;
+  const VF rounded = RoundedQuotient(scaled, table.Quotient(scaled), hn::Set(df, row.m), error);
+  const __m256i codes = _mm256_sub_epi32(hn::BitCast(DU(), rounded).raw, _mm256_set1_epi32(std::bit_cast<int32_t>(kRoundingBias)));
+  // Packing works per 128-bit lane: dwords 0, 4, 1, 5, 2, 6, 3, 7 of the packed bytes are
+  // the first array's values 0..3, 4..7 and again (or the negated codes), then the second
+  // array's.
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i code_bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(_mm256_packs_epi32(codes, _mm256_sub_epi32(_mm256_setzero_si256(), codes)), _mm256_setzero_si256()),
+      order);
+  _mm_store_si128(reinterpret_cast<__m128i*>(out.code), _mm256_castsi256_si128(code_bytes));
+  // A term's low and high bytes (terms are below 2^16), each array 16 bytes: term[2i], term[2i + 1].
+  const auto store_term = [&](hn::Vec<DU> term, uint8_t* bytes) {
+    const __m256i words = _mm256_packus_epi32(term.raw, term.raw);
+    const __m256i split = _mm256_packus_epi16(_mm256_and_si256(words, _mm256_set1_epi16(0xFF)), _mm256_srli_epi16(words, 8));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), _mm256_permutevar8x32_epi32(split, order));
+  };
+  store_term(Term(SourceOfScaled(scaled)), out.term[0]);
+  store_term(Term(error), out.term[2]);
 }
 
 // 32 FP4 values (16 bytes, low nibble first) as their nibbles in column order.
@@ -710,15 +720,19 @@ HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, 
 HWY_INLINE void ScaleRange(const uint8_t* scales, size_t blocks, uint8_t& smallest, uint8_t& largest) {
   const hn::ScalableTag<uint8_t> d8;
   const size_t n = hn::Lanes(d8);
-  auto low = hn::Set(d8, uint8_t{255}), high = hn::Zero(d8);
+  smallest = 255;
+  largest = 0;
   size_t block = 0;
-  for (; block + n <= blocks; block += n) {
-    const auto bytes = hn::LoadU(d8, scales + block);
-    low = hn::Min(low, bytes);
-    high = hn::Max(high, bytes);
+  if (blocks >= n) { // a short row's few bytes go without the vectors' folds
+    auto low = hn::Set(d8, uint8_t{255}), high = hn::Zero(d8);
+    for (; block + n <= blocks; block += n) {
+      const auto bytes = hn::LoadU(d8, scales + block);
+      low = hn::Min(low, bytes);
+      high = hn::Max(high, bytes);
+    }
+    smallest = uint8_t(SmallestByte(low));
+    largest = uint8_t(LargestByte(high));
   }
-  smallest = uint8_t(SmallestByte(low));
-  largest = uint8_t(LargestByte(high));
   for (; block < blocks; ++block) {
     smallest = std::min(smallest, scales[block]);
     largest = std::max(largest, scales[block]);
