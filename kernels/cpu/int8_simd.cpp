@@ -446,6 +446,9 @@ HWY_INLINE uint32_t SmallestByte(V v) {
 // covered (whole vectors; the caller takes the rest); `largest_magnitude`, where not null:
 // the largest of the bytes `magnitude` made. Returns false where a key would not fit in a
 // byte.
+// Shorter rows take the 16-bit keys: the byte keys' setup (the spread, the scale bytes'
+// offsets) costs more than it saves on a few blocks.
+constexpr size_t kByteKeyMinBlocks = 8;
 template <int kShift, size_t kBlockBytes, class Magnitude>
 HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, uint32_t top, uint8_t smallest,
                            uint8_t largest, const Magnitude& magnitude, uint32_t& key, size_t& done,
@@ -508,7 +511,7 @@ HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t b
     const hn::DFromV<decltype(v)> d;
     return hn::SaturatedSub(hn::And(v, hn::Set(d, uint8_t{0x7F})), hn::Set(d, uint8_t{8}));
   };
-  if (!MaxByteKey<3, kSourceBlock>(codes, scales, blocks, 119, smallest_b, largest_b, magnitude, byte_key, first, &byte_magnitude))
+  if (blocks < kByteKeyMinBlocks || !MaxByteKey<3, kSourceBlock>(codes, scales, blocks, 119, smallest_b, largest_b, magnitude, byte_key, first, &byte_magnitude))
     first = 0;
   for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(8 * scales[block]));
@@ -550,7 +553,7 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
     const auto high = hn::And(hn::BitCast(d, hn::ShiftRight<4>(hn::BitCast(dw, v))), hn::Set(d, uint8_t{7}));
     return hn::SaturatedSub(hn::Max(low, high), hn::Set(d, uint8_t{2}));
   };
-  if (!MaxByteKey<1, kSourceBlock / 2>(packed, scales, blocks, 5, smallest_b, largest_b, magnitude, byte_key, first, nullptr))
+  if (blocks < kByteKeyMinBlocks || !MaxByteKey<1, kSourceBlock / 2>(packed, scales, blocks, 5, smallest_b, largest_b, magnitude, byte_key, first, nullptr))
     first = 0;
   for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(2 * scales[block]));
