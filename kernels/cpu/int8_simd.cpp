@@ -437,6 +437,10 @@ HWY_INLINE uint32_t SmallestByte(V v) {
   return hn::GetLane(hn::MinOfLanes(d16, hn::Min(hn::And(wide, hn::Set(d16, uint16_t{0xFF})), hn::ShiftRight<8>(wide))));
 }
 
+// Rows of fewer blocks take the 16-bit keys below: MaxByteKey's setup (the spread, the
+// scale bytes' offsets) costs more than it saves on a few blocks.
+constexpr size_t kByteKeyMinBlocks = 8;
+
 // The largest key of a row's blocks in bytes, as key - k0 * smallest b (k0 = 8 for FP8, 2
 // for FP4), where that fits a byte: a vector holds whole blocks of kBlockBytes (FP8's 32
 // codes, FP4's 16 bytes: one or two on AVX2, two or four on AVX-512); `magnitude` turns its
@@ -446,9 +450,6 @@ HWY_INLINE uint32_t SmallestByte(V v) {
 // covered (whole vectors; the caller takes the rest); `largest_magnitude`, where not null:
 // the largest of the bytes `magnitude` made. Returns false where a key would not fit in a
 // byte.
-// Shorter rows take the 16-bit keys: the byte keys' setup (the spread, the scale bytes'
-// offsets) costs more than it saves on a few blocks.
-constexpr size_t kByteKeyMinBlocks = 8;
 template <int kShift, size_t kBlockBytes, class Magnitude>
 HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, uint32_t top, uint8_t smallest,
                            uint8_t largest, const Magnitude& magnitude, uint32_t& key, size_t& done,
@@ -642,15 +643,16 @@ HWY_INLINE void FillNibbleTables(int b, const Int8Row& row, const QuotientTable&
   VF error;
   const VF rounded = RoundedQuotient(scaled, table.Quotient(scaled), hn::Set(df, row.m), error);
   const __m256i codes = _mm256_sub_epi32(hn::BitCast(DU(), rounded).raw, _mm256_set1_epi32(std::bit_cast<int32_t>(kRoundingBias)));
-  // Packing works per 128-bit lane: dwords 0, 4, 1, 5, 2, 6, 3, 7 of the packed bytes are
-  // the first array's values 0..3, 4..7 and again (or the negated codes), then the second
-  // array's.
+  // Packing works per 128-bit lane, so packed bytes come in dwords of 4 values: 0..3 in the
+  // low lane, 4..7 in the high one. `order` joins each array's halves: the 8 codes, then the
+  // 8 negated codes; a term's low bytes twice (positive and negative nibbles), then its high
+  // bytes twice.
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256i code_bytes = _mm256_permutevar8x32_epi32(
       _mm256_packs_epi16(_mm256_packs_epi32(codes, _mm256_sub_epi32(_mm256_setzero_si256(), codes)), _mm256_setzero_si256()),
       order);
   _mm_store_si128(reinterpret_cast<__m128i*>(out.code), _mm256_castsi256_si128(code_bytes));
-  // A term's low and high bytes (terms are below 2^16), each array 16 bytes: term[2i], term[2i + 1].
+  // A term's low and high bytes (terms are below 2^16) into term[i] and term[i + 1].
   const auto store_term = [&](hn::Vec<DU> term, uint8_t* bytes) {
     const __m256i words = _mm256_packus_epi32(term.raw, term.raw);
     const __m256i split = _mm256_packus_epi16(_mm256_and_si256(words, _mm256_set1_epi16(0xFF)), _mm256_srli_epi16(words, 8));
