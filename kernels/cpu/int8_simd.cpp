@@ -579,6 +579,20 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
 // The same span of bytes after the row's `source_bytes` (the next row, in a tensor) is
 // prefetched block by block: the next row's amax pass then finds it in cache rather than
 // waiting for memory (a prefetch past the end of a buffer is harmless).
+#if HWY_TARGET == HWY_AVX2
+// AVX2 packing of codes, where LowBytes costs three shuffles a vector:
+// - a biased quotient's code (RoundedQuotient) as an int32: the sum's bits less the bias's;
+// - vpack* works per 128-bit lane, so packed bytes come in dwords of 4 lanes, each packed
+//   vector's lanes 0..3 in the low half and 4..7 in the high one: JoinPackedHalves puts
+//   each vector's 8 (of up to four) back together, in order.
+HWY_INLINE __m256i CodesOf(VF rounded) {
+  return _mm256_sub_epi32(hn::BitCast(DU(), rounded).raw, _mm256_set1_epi32(std::bit_cast<int32_t>(kRoundingBias)));
+}
+HWY_INLINE __m256i JoinPackedHalves(__m256i packed) {
+  return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+#endif
+
 template <class DecodeBlock>
 HWY_INLINE void QuantizeFusedRow(const DecodeBlock& decode_block, const uint8_t* source, size_t source_bytes,
                                  const uint8_t* scales, size_t cols, int shift, const Int8Row& row, int8_t* codes,
@@ -596,20 +610,17 @@ HWY_INLINE void QuantizeFusedRow(const DecodeBlock& decode_block, const uint8_t*
     VF values[kSourceBlock / 8];
     decode_block(column, hn::Set(df, std::bit_cast<float>(uint32_t(exponent) << 23)), values);
 #if HWY_TARGET == HWY_AVX2
-    // The block's four vectors of codes packed into one store (LowBytes costs three
-    // shuffles a vector here): each code is its biased quotient's bits less the bias's.
+    // The block's four vectors of codes packed into one store.
+    static_assert(kSourceBlock / 8 == 4);
     __m256i quotients[4];
     for (size_t v = 0; v < 4; ++v) {
       VF error;
       const VF rounded = RoundedQuotient(values[v], table.Quotient(values[v]), m, error);
       terms.Add(SourceOfScaled(values[v]), error);
-      quotients[v] = _mm256_sub_epi32(hn::BitCast(DU(), rounded).raw, _mm256_set1_epi32(std::bit_cast<int32_t>(kRoundingBias)));
+      quotients[v] = CodesOf(rounded);
     }
-    // Packing works per 128-bit lane: the dwords come out as vectors 0..3's low halves,
-    // then their high halves.
     const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(quotients[0], quotients[1]), _mm256_packs_epi32(quotients[2], quotients[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bytes + column),
-                        _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bytes + column), JoinPackedHalves(packed));
 #else
     for (size_t v = 0; v < kSourceBlock / n; ++v)
       QuantizeVector(SourceOfScaled(values[v]), values[v], table.Quotient(values[v]), m, bytes + column + v * n, terms);
@@ -642,21 +653,17 @@ HWY_INLINE void FillNibbleTables(int b, const Int8Row& row, const QuotientTable&
   const VF scaled = hn::Mul(hn::LoadU(df, E2M1::values.data()), unit);
   VF error;
   const VF rounded = RoundedQuotient(scaled, table.Quotient(scaled), hn::Set(df, row.m), error);
-  const __m256i codes = _mm256_sub_epi32(hn::BitCast(DU(), rounded).raw, _mm256_set1_epi32(std::bit_cast<int32_t>(kRoundingBias)));
-  // Packing works per 128-bit lane, so packed bytes come in dwords of 4 values: 0..3 in the
-  // low lane, 4..7 in the high one. `order` joins each array's halves: the 8 codes, then the
-  // 8 negated codes; a term's low bytes twice (positive and negative nibbles), then its high
-  // bytes twice.
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  const __m256i code_bytes = _mm256_permutevar8x32_epi32(
-      _mm256_packs_epi16(_mm256_packs_epi32(codes, _mm256_sub_epi32(_mm256_setzero_si256(), codes)), _mm256_setzero_si256()),
-      order);
+  const __m256i codes = CodesOf(rounded);
+  // Packed: the 8 codes, then the 8 negated codes; a term's low bytes twice (positive and
+  // negative nibbles), then its high bytes twice.
+  const __m256i code_bytes = JoinPackedHalves(
+      _mm256_packs_epi16(_mm256_packs_epi32(codes, _mm256_sub_epi32(_mm256_setzero_si256(), codes)), _mm256_setzero_si256()));
   _mm_store_si128(reinterpret_cast<__m128i*>(out.code), _mm256_castsi256_si128(code_bytes));
   // A term's low and high bytes (terms are below 2^16) into term[i] and term[i + 1].
   const auto store_term = [&](hn::Vec<DU> term, uint8_t* bytes) {
     const __m256i words = _mm256_packus_epi32(term.raw, term.raw);
     const __m256i split = _mm256_packus_epi16(_mm256_and_si256(words, _mm256_set1_epi16(0xFF)), _mm256_srli_epi16(words, 8));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), _mm256_permutevar8x32_epi32(split, order));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), JoinPackedHalves(split));
   };
   store_term(Term(SourceOfScaled(scaled)), out.term[0]);
   store_term(Term(error), out.term[2]);
@@ -684,10 +691,11 @@ HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, 
   // The scales to fill, less the smallest: every one in the span, unless the row has
   // fewer blocks than that (then the ones its blocks have).
   const size_t blocks = cols / kSourceBlock, span = size_t(largest - smallest) + 1;
-  uint64_t used = span == kScaleTables ? ~uint64_t{0} : (uint64_t{1} << span) - 1;
+  uint64_t used = 0;
   if (blocks < span) {
-    used = 0;
     for (size_t block = 0; block < blocks; ++block) used |= uint64_t{1} << (scales[block] - smallest);
+  } else {
+    used = span == kScaleTables ? ~uint64_t{0} : (uint64_t{1} << span) - 1;
   }
   for (; used != 0; used &= used - 1) {
     const int b = smallest + std::countr_zero(used);
