@@ -9,7 +9,9 @@
 // - the report terms are the ref's fp32 products rounded half to even (Term, in the
 //   default rounding mode), integers added in any order;
 // - on AVX3_DL a row of FP8 / FP4 blocks looks each value's code and terms up by its key
-//   (binade and mantissa within the row's 16 binades; LutRow).
+//   (binade and mantissa within the row's 16 binades; LutRow);
+// - on other targets a row of FP4 blocks looks them up by nibble, in tables per block
+//   scale (Fp4RowByScaleTables).
 // Rows whose scale is not a normal fp32 number take the ref's element arithmetic instead.
 // Built with -ffp-contract=off; tests/unit/test_int8_simd.cpp holds every compiled target
 // to the ref.
@@ -37,7 +39,6 @@ namespace shardq {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr float kMaxCode = float(Int8::max_code);
 constexpr int kSourceBlock = 32; // columns per E8M0 scale of a source row
 
 // A row's report terms, as integers.
@@ -410,16 +411,17 @@ HWY_INLINE auto SourceDecoder(const uint8_t* scales, int vector_scale_shift, con
 }
 
 // ------------------------------------------------------------ fused source rows
-// Rows of whole 32-column blocks on x86 (AVX2 and up: F16C and FMA) in two light passes and
-// no tile: the amax from the codes' bytes (a key per code, Fp8KeyAmax / Fp4KeyAmax), then
-// each vector decoded straight to x' = x * 2^-k (the report terms' unit, kernels/int8.h)
-// and quantized by a QuotientTable of m = scale * 2^-k. The ref's numbers, given:
+// Rows of whole 32-column blocks in two light passes and no tile: the amax from the codes'
+// bytes (a key per code, Fp8KeyAmax / Fp4KeyAmax), then FP4 rows by tables per block scale
+// (every target but AVX-512), other rows on x86 (AVX2 and up: F16C and FMA) with each
+// vector decoded straight to x' = x * 2^-k (the report terms' unit, kernels/int8.h) and
+// quantized by a QuotientTable of m = scale * 2^-k. The ref's numbers, given:
 // - every non-zero x and x' is a normal fp32 number and every block's 2^(b - 127 - k) too
 //   (checked per row from the smallest and largest scale byte): the decode's one product
 //   is then exact, as the ref's x and its x * 2^-k are;
 // - x' / m is x / scale, the same real number, so the same fp32 quotient.
 // Other rows take the tile path above.
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
+#if HWY_TARGET != HWY_SCALAR
 constexpr size_t kFusedBlocks = kTileCols / kSourceBlock; // blocks per stack chunk of scales
 
 // The largest and smallest byte of a vector (this Highway folds no u8 vector: each u16
@@ -571,6 +573,140 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
   return true;
 }
 
+
+// The smallest and largest scale byte of `blocks`.
+HWY_INLINE void ScaleRange(const uint8_t* scales, size_t blocks, uint8_t& smallest, uint8_t& largest) {
+  const hn::ScalableTag<uint8_t> d8;
+  const size_t n = hn::Lanes(d8);
+  smallest = 255;
+  largest = 0;
+  size_t block = 0;
+  if (blocks >= n) { // a short row's few bytes go without the vectors' folds
+    auto low = hn::Set(d8, uint8_t{255}), high = hn::Zero(d8);
+    for (; block + n <= blocks; block += n) {
+      const auto bytes = hn::LoadU(d8, scales + block);
+      low = hn::Min(low, bytes);
+      high = hn::Max(high, bytes);
+    }
+    smallest = uint8_t(SmallestByte(low));
+    largest = uint8_t(LargestByte(high));
+  }
+  for (; block < blocks; ++block) {
+    smallest = std::min(smallest, scales[block]);
+    largest = std::max(largest, scales[block]);
+  }
+}
+
+// ------------------------------------------------------------ FP4 rows by scale tables
+// A FP4 block's 32 values are 16 nibbles (sign included) times one scale, so each scale a
+// row uses has its 16 values quantized once, by the fused rows' vector operations (so to
+// the ref's bits), into byte tables: the codes and the two bytes of each report term. A
+// block then takes its codes and term bytes by one byte lookup each (TableLookupBytes:
+// vpshufb on x86, tbl on Arm), and SumsOf8 adds the term bytes (vpsadbw, uaddlp). Used
+// wherever vectors of fp32 lanes cost more than the bytes are worth: AVX2's 8 lanes, the
+// 4 of NEON and SSE4.
+constexpr int kScaleTables = 64; // rows spanning more scales take another path
+
+struct NibbleTables {
+  HWY_ALIGN uint8_t code[16];    // signed
+  HWY_ALIGN uint8_t term[4][16]; // source term bytes 0..1, error term bytes 0..1
+};
+
+// The tables of block scale byte `b` in a row whose fused-row checks hold: E2M1's 8
+// magnitudes scaled to x' = x * 2^(6 - k) (exact: x' and the unit are normal), then
+// quantized as QuantizeVector quantizes them, with x' / m for the quotient: the same real
+// number as x / scale, so the same fp32 quotient. The 8 negative nibbles take the negated
+// codes and the same terms: every step is symmetric in the sign (products, the quotient,
+// the biased rounding half to even, the squares).
+HWY_INLINE void FillNibbleTables(int b, const Int8Row& row, NibbleTables& out) {
+  const DF df;
+  const DI di;
+  constexpr size_t kMagnitudes = E2M1::values.size() / 2;
+  const VF unit = hn::Set(df, std::bit_cast<float>(uint32_t(b + Int8::error_shift - row.k) << 23));
+  const VF m = hn::Set(df, row.m);
+  const auto bias_bits = hn::Set(di, std::bit_cast<int32_t>(kRoundingBias));
+  const auto store_twice = [](hn::Vec<D8> bytes, uint8_t* table, size_t first) {
+    hn::StoreU(bytes, D8(), table + first);
+    hn::StoreU(bytes, D8(), table + kMagnitudes + first);
+  };
+  for (size_t first = 0; first < kMagnitudes; first += hn::Lanes(df)) {
+    const VF scaled = hn::Mul(hn::LoadU(df, E2M1::values.data() + first), unit);
+    VF error;
+    const VF rounded = RoundedQuotient(scaled, hn::Div(scaled, m), m, error);
+    const auto codes = hn::Sub(hn::BitCast(di, rounded), bias_bits);
+    hn::StoreU(LowBytes(hn::BitCast(DU(), codes)), D8(), out.code + first);
+    hn::StoreU(LowBytes(hn::BitCast(DU(), hn::Neg(codes))), D8(), out.code + kMagnitudes + first);
+    const auto source = Term(SourceOfScaled(scaled)), error_term = Term(error); // below 2^16: two bytes
+    store_twice(LowBytes(source), out.term[0], first);
+    store_twice(LowBytes(hn::ShiftRight<8>(source)), out.term[1], first);
+    store_twice(LowBytes(error_term), out.term[2], first);
+    store_twice(LowBytes(hn::ShiftRight<8>(error_term)), out.term[3], first);
+  }
+}
+
+// Lanes(d) FP4 values (Lanes(d) / 2 bytes, low nibble first) as their nibbles in column
+// order.
+template <class D>
+HWY_INLINE hn::Vec<D> Fp4Nibbles(D d, const uint8_t* packed) {
+  const hn::Half<D> dh;
+  const hn::RepartitionToWide<decltype(dh)> dh16;
+  const auto bytes = hn::LoadU(dh, packed);
+  const auto mask = hn::Set(dh, uint8_t{0x0F});
+  const auto low = hn::And(bytes, mask);
+  const auto high = hn::And(hn::BitCast(dh, hn::ShiftRight<4>(hn::BitCast(dh16, bytes))), mask);
+  return hn::Combine(d, hn::InterleaveUpper(dh, low, high), hn::InterleaveLower(low, high));
+}
+
+// The codes and terms of a row of FP4 blocks whose scale bytes lie in [smallest, largest],
+// by the tables above; false (nothing written) where the row spans too many scales. A row
+// of fewer blocks than scales in its span fills only the scales its blocks have (filling
+// one costs about two blocks' lookups), so even a row of one block costs no more than the
+// fused vectors' path.
+HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, const uint8_t* scales, size_t cols,
+                                    uint8_t smallest, uint8_t largest, const Int8Row& row, int8_t* codes,
+                                    TermTotals& totals) {
+  // The fill takes 8 magnitudes at a time or fewer (wider vectors: AVX-512 has LutRow).
+  if (largest - smallest >= kScaleTables || hn::Lanes(DF()) > E2M1::values.size() / 2) return false;
+  NibbleTables by_scale[kScaleTables];
+  // The scales to fill, less the smallest: every one in the span, unless the row has
+  // fewer blocks than that (then the ones its blocks have).
+  const size_t blocks = cols / kSourceBlock, span = size_t(largest - smallest) + 1;
+  uint64_t used = 0;
+  if (blocks < span) {
+    for (size_t block = 0; block < blocks; ++block) used |= uint64_t{1} << (scales[block] - smallest);
+  } else {
+    used = span == kScaleTables ? ~uint64_t{0} : (uint64_t{1} << span) - 1;
+  }
+  for (; used != 0; used &= used - 1) {
+    const int b = smallest + std::countr_zero(used);
+    FillNibbleTables(b, row, by_scale[b - smallest]);
+  }
+  const hn::CappedTag<uint8_t, kSourceBlock> d; // a block in one vector or in two
+  const hn::Repartition<uint64_t, decltype(d)> d64;
+  // A term's two bytes summed into u64 lanes, byte 1 weighted by 2^8.
+  const auto term_sum = [](hn::Vec<decltype(d)> byte0, hn::Vec<decltype(d)> byte1) {
+    return hn::Add(hn::SumsOf8(byte0), hn::ShiftLeft<8>(hn::SumsOf8(byte1)));
+  };
+  auto source_sum = hn::Zero(d64), error_sum = hn::Zero(d64);
+  uint8_t* bytes = reinterpret_cast<uint8_t*>(codes);
+  for (size_t column = 0; column < cols; column += kSourceBlock) {
+    hwy::Prefetch(packed + source_bytes + column / 2); // the next row's, for its amax pass
+    const NibbleTables& scale = by_scale[scales[column / kSourceBlock] - smallest];
+    for (size_t part = column; part < column + kSourceBlock; part += hn::Lanes(d)) {
+      const auto nibbles = Fp4Nibbles(d, packed + part / 2);
+      const auto lookup = [&](const uint8_t* table) { return hn::TableLookupBytes(hn::LoadDup128(d, table), nibbles); };
+      hn::StoreU(lookup(scale.code), d, bytes + part);
+      source_sum = hn::Add(source_sum, term_sum(lookup(scale.term[0]), lookup(scale.term[1])));
+      error_sum = hn::Add(error_sum, term_sum(lookup(scale.term[2]), lookup(scale.term[3])));
+    }
+  }
+  totals.source_sq += hn::GetLane(hn::SumOfLanes(d64, source_sum));
+  totals.error_sq += hn::GetLane(hn::SumOfLanes(d64, error_sum));
+  return true;
+}
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
 // Quantizes columns [0, cols) (a multiple of kSourceBlock) of a fused row:
 // decode_block(column, unit, values) writes the block's kSourceBlock / n vectors of x' at
 // `column`, given unit = 2^(b - 127 + shift + 6 - k) of the block in every lane.
@@ -629,129 +765,6 @@ HWY_INLINE void QuantizeFusedRow(const DecodeBlock& decode_block, const uint8_t*
   terms.AddTo(totals);
 }
 
-#if HWY_TARGET == HWY_AVX2
-// FP4 rows by tables per block scale (AVX2, where the fused vector path costs more than
-// the bytes are worth: 8 lanes a vector). A block's 32 values are 16 nibbles (sign
-// included) times one scale, so each scale the row uses has its 16 values quantized once,
-// by the fused path's own vector operations (so to the same bits), into byte tables: the
-// codes and the two bytes of each report term. A block then takes its codes and term bytes
-// by one vpshufb each, and vpsadbw sums the term bytes.
-constexpr int kScaleTables = 64; // rows spanning more scales take the fused vector path
-
-struct NibbleTables {
-  HWY_ALIGN uint8_t code[16];    // signed
-  HWY_ALIGN uint8_t term[4][16]; // source term bytes 0..1, error term bytes 0..1 (two 32-byte stores)
-};
-
-// The tables of block scale byte `b`: E2M1's 8 magnitudes decoded to x' as
-// QuantizeFusedRow decodes them, then quantized as QuantizeVector quantizes them. The 8
-// negative nibbles take the negated codes and the same terms: every step of the fused path
-// is symmetric in the sign (products, the biased rounding half to even, the squares).
-HWY_INLINE void FillNibbleTables(int b, const Int8Row& row, const QuotientTable& table, NibbleTables& out) {
-  const DF df;
-  const VF unit = hn::Set(df, std::bit_cast<float>(uint32_t(b + Int8::error_shift - row.k) << 23));
-  const VF scaled = hn::Mul(hn::LoadU(df, E2M1::values.data()), unit);
-  VF error;
-  const VF rounded = RoundedQuotient(scaled, table.Quotient(scaled), hn::Set(df, row.m), error);
-  const __m256i codes = CodesOf(rounded);
-  // Packed: the 8 codes, then the 8 negated codes; a term's low bytes twice (positive and
-  // negative nibbles), then its high bytes twice.
-  const __m256i code_bytes = JoinPackedHalves(
-      _mm256_packs_epi16(_mm256_packs_epi32(codes, _mm256_sub_epi32(_mm256_setzero_si256(), codes)), _mm256_setzero_si256()));
-  _mm_store_si128(reinterpret_cast<__m128i*>(out.code), _mm256_castsi256_si128(code_bytes));
-  // A term's low and high bytes (terms are below 2^16) into term[i] and term[i + 1].
-  const auto store_term = [&](hn::Vec<DU> term, uint8_t* bytes) {
-    const __m256i words = _mm256_packus_epi32(term.raw, term.raw);
-    const __m256i split = _mm256_packus_epi16(_mm256_and_si256(words, _mm256_set1_epi16(0xFF)), _mm256_srli_epi16(words, 8));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(bytes), JoinPackedHalves(split));
-  };
-  store_term(Term(SourceOfScaled(scaled)), out.term[0]);
-  store_term(Term(error), out.term[2]);
-}
-
-// 32 FP4 values (16 bytes, low nibble first) as their nibbles in column order.
-HWY_INLINE __m256i Fp4Nibbles(const uint8_t* packed) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
-  const __m128i low = _mm_and_si128(bytes, _mm_set1_epi8(0x0F));
-  const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), _mm_set1_epi8(0x0F));
-  return _mm256_set_m128i(_mm_unpackhi_epi8(low, high), _mm_unpacklo_epi8(low, high));
-}
-
-// QuantizeFusedRow's codes and terms for a row of FP4 blocks whose scale bytes lie in
-// [smallest, largest]; false (nothing written) where the row spans too many scales. A
-// row of fewer blocks than scales in its span fills only the scales its blocks have
-// (filling one costs about two blocks' lookups), so even a row of one block costs no more
-// than the fused path's.
-HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, const uint8_t* scales, size_t cols,
-                                    uint8_t smallest, uint8_t largest, const Int8Row& row, int8_t* codes,
-                                    TermTotals& totals) {
-  if (largest - smallest >= kScaleTables) return false;
-  const QuotientTable quotients(row.m);
-  NibbleTables by_scale[kScaleTables];
-  // The scales to fill, less the smallest: every one in the span, unless the row has
-  // fewer blocks than that (then the ones its blocks have).
-  const size_t blocks = cols / kSourceBlock, span = size_t(largest - smallest) + 1;
-  uint64_t used = 0;
-  if (blocks < span) {
-    for (size_t block = 0; block < blocks; ++block) used |= uint64_t{1} << (scales[block] - smallest);
-  } else {
-    used = span == kScaleTables ? ~uint64_t{0} : (uint64_t{1} << span) - 1;
-  }
-  for (; used != 0; used &= used - 1) {
-    const int b = smallest + std::countr_zero(used);
-    FillNibbleTables(b, row, quotients, by_scale[b - smallest]);
-  }
-  const __m256i zero = _mm256_setzero_si256();
-  // A term's two bytes summed by vpsadbw into u64 lanes, byte 1 weighted by 2^8.
-  const auto term_sum = [zero](__m256i byte0, __m256i byte1) {
-    return _mm256_add_epi64(_mm256_sad_epu8(byte0, zero), _mm256_slli_epi64(_mm256_sad_epu8(byte1, zero), 8));
-  };
-  __m256i source_sum = zero, error_sum = zero;
-  for (size_t column = 0; column < cols; column += kSourceBlock) {
-    hwy::Prefetch(packed + source_bytes + column / 2); // the next row's, for its amax pass
-    const NibbleTables& scale = by_scale[scales[column / kSourceBlock] - smallest];
-    const __m256i nibbles = Fp4Nibbles(packed + column / 2);
-    const auto lookup = [nibbles](const uint8_t* table) {
-      return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table))), nibbles);
-    };
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + column), lookup(scale.code));
-    source_sum = _mm256_add_epi64(source_sum, term_sum(lookup(scale.term[0]), lookup(scale.term[1])));
-    error_sum = _mm256_add_epi64(error_sum, term_sum(lookup(scale.term[2]), lookup(scale.term[3])));
-  }
-  const auto total = [](__m256i lanes) {
-    HWY_ALIGN uint64_t lane[4];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lane), lanes);
-    return lane[0] + lane[1] + lane[2] + lane[3];
-  };
-  totals.source_sq += total(source_sum);
-  totals.error_sq += total(error_sum);
-  return true;
-}
-#endif
-
-// The smallest and largest scale byte of `blocks`.
-HWY_INLINE void ScaleRange(const uint8_t* scales, size_t blocks, uint8_t& smallest, uint8_t& largest) {
-  const hn::ScalableTag<uint8_t> d8;
-  const size_t n = hn::Lanes(d8);
-  smallest = 255;
-  largest = 0;
-  size_t block = 0;
-  if (blocks >= n) { // a short row's few bytes go without the vectors' folds
-    auto low = hn::Set(d8, uint8_t{255}), high = hn::Zero(d8);
-    for (; block + n <= blocks; block += n) {
-      const auto bytes = hn::LoadU(d8, scales + block);
-      low = hn::Min(low, bytes);
-      high = hn::Max(high, bytes);
-    }
-    smallest = uint8_t(SmallestByte(low));
-    largest = uint8_t(LargestByte(high));
-  }
-  for (; block < blocks; ++block) {
-    smallest = std::min(smallest, scales[block]);
-    largest = std::max(largest, scales[block]);
-  }
-}
-
 #if HWY_TARGET == HWY_AVX3_DL
 // ------------------------------------------------------------ table rows (AVX3_DL)
 // A row's values decide its codes and terms through 16 binades (kernels/int8.h): a value x
@@ -783,7 +796,7 @@ struct KeyTables {
   bool low_keys_small = true;                // source term byte 1 is 0 below key 64
 
   KeyTables() {
-    const Int8Row unit_row = Int8Row::of_amax(kMaxCode); // scale 1: x' = x * 2^6
+    const Int8Row unit_row = Int8Row::of_amax(float(Int8::max_code)); // scale 1: x' = x * 2^6
     for (int key = 0; key < kKeys; ++key) {
       binade[key] = std::ldexp(1.0f, key / 8 - 2);
       scaled[key] = binade[key] * (1.0f + float(key % 8) / 8.0f);
@@ -956,17 +969,21 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
   return row.scale;
 }
 #endif
+#endif
 
+#if HWY_TARGET != HWY_SCALAR
 // A fused row where the checks above hold (`smallest_x`: the least b whose smallest
 // non-zero code times 2^(b - 127) is normal, 10 for E4M3's 2^-9, 2 for E2M1's 0.5): its
-// scale, else NaN (the row takes the tile path).
+// scale, else NaN (the row takes the tile path). FP4 rows go by scale tables but on
+// AVX-512 (LutRow there, or fused vectors); other rows by fused vectors, on x86 AVX2 and
+// up.
 // `source`, `source_bytes`: the row's codes (for the prefetch of the next row).
 // `scanned`: whether key_amax looked at every code (then `nan_code` says if one is NaN).
 template <bool kFp4, class KeyAmax, class DecodeBlock>
-HWY_INLINE float FusedRow(const KeyAmax& key_amax, const DecodeBlock& decode_block, const uint8_t* source, size_t source_bytes,
-                          const uint8_t* scales, int cols, int smallest_x, int shift, int8_t* out, Int8RowSums* sums,
-                          bool& scanned, bool& nan_code) {
-  if (cols <= 0 || cols % kSourceBlock != 0 || hn::Lanes(DF()) < 8) return NAN;
+HWY_INLINE float FusedRow(const KeyAmax& key_amax, [[maybe_unused]] const DecodeBlock& decode_block, const uint8_t* source,
+                          size_t source_bytes, const uint8_t* scales, int cols, int smallest_x, int shift, int8_t* out,
+                          Int8RowSums* sums, bool& scanned, bool& nan_code) {
+  if (cols <= 0 || cols % kSourceBlock != 0) return NAN;
   const size_t blocks = size_t(cols) / kSourceBlock;
   uint8_t smallest, largest;
   ScaleRange(scales, blocks, smallest, largest);
@@ -986,11 +1003,17 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, const DecodeBlock& decode_blo
   if (!VectorScale(row.scale) || smallest + unit_shift < smallest_x || largest + shift + unit_shift > 254)
     return NAN;
   TermTotals totals;
-  bool by_tables = false;
-#if HWY_TARGET == HWY_AVX2
-  if constexpr (kFp4) by_tables = Fp4RowByScaleTables(source, source_bytes, scales, size_t(cols), smallest, largest, row, out, totals);
+  bool quantized = false;
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
+  if constexpr (kFp4) quantized = Fp4RowByScaleTables(source, source_bytes, scales, size_t(cols), smallest, largest, row, out, totals);
 #endif
-  if (!by_tables) QuantizeFusedRow(decode_block, source, source_bytes, scales, size_t(cols), shift, row, out, totals);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
+  if (!quantized) {
+    QuantizeFusedRow(decode_block, source, source_bytes, scales, size_t(cols), shift, row, out, totals);
+    quantized = true;
+  }
+#endif
+  if (!quantized) return NAN;
   if (sums) *sums = SumsOf(totals, row, false);
   return row.scale;
 }
@@ -1038,7 +1061,7 @@ float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int co
 
 float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int cols, int8_t* out,
                              Int8RowSums* sums) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
+#if HWY_TARGET != HWY_SCALAR
   {
     const auto key_amax = [=](size_t blocks, uint8_t smallest, uint8_t largest, float& amax, bool& nan_found) {
       nan_found = false; // every E2M1 code is a number
