@@ -510,11 +510,11 @@ HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t b
   auto keys = hn::Zero(d16), magnitudes = hn::Zero(d16);
   uint32_t byte_key = 0, byte_magnitude = 0;
   size_t first = 0;
-  const auto magnitude = [](auto v) {
+  const auto byte_magnitudes = [](auto v) {
     const hn::DFromV<decltype(v)> d;
     return hn::SaturatedSub(hn::And(v, hn::Set(d, uint8_t{0x7F})), hn::Set(d, uint8_t{8}));
   };
-  if (blocks < kByteKeyMinBlocks || !MaxByteKey<3, kSourceBlock>(codes, scales, blocks, 119, smallest_b, largest_b, magnitude, byte_key, first, &byte_magnitude))
+  if (blocks < kByteKeyMinBlocks || !MaxByteKey<3, kSourceBlock>(codes, scales, blocks, 119, smallest_b, largest_b, byte_magnitudes, byte_key, first, &byte_magnitude))
     first = 0;
   for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(8 * scales[block]));
@@ -549,14 +549,14 @@ HWY_INLINE bool Fp4KeyAmax(const uint8_t* packed, const uint8_t* scales, size_t 
   auto keys = hn::Zero(d16);
   uint32_t byte_key = 0;
   size_t first = 0;
-  const auto magnitude = [](auto v) {
+  const auto byte_magnitudes = [](auto v) {
     const hn::DFromV<decltype(v)> d;
     const hn::RepartitionToWide<decltype(d)> dw;
     const auto low = hn::And(v, hn::Set(d, uint8_t{7}));
     const auto high = hn::And(hn::BitCast(d, hn::ShiftRight<4>(hn::BitCast(dw, v))), hn::Set(d, uint8_t{7}));
     return hn::SaturatedSub(hn::Max(low, high), hn::Set(d, uint8_t{2}));
   };
-  if (blocks < kByteKeyMinBlocks || !MaxByteKey<1, kSourceBlock / 2>(packed, scales, blocks, 5, smallest_b, largest_b, magnitude, byte_key, first, nullptr))
+  if (blocks < kByteKeyMinBlocks || !MaxByteKey<1, kSourceBlock / 2>(packed, scales, blocks, 5, smallest_b, largest_b, byte_magnitudes, byte_key, first, nullptr))
     first = 0;
   for (size_t block = first; block < blocks; ++block) {
     const auto offset = hn::Set(d16, uint16_t(2 * scales[block]));
