@@ -329,10 +329,14 @@ bench_1017() {
 # *_ref lines: the scalar decode_linear_row + quantize_row_int8_ref), and the codec's whole
 # chunk (encode_chunk), next to memcpy of the same output bytes (I8 codes + F32 scales);
 # prints GB/s of output and the ratio to memcpy. Target: rows >= 0.5x memcpy.
+# SHARDQ_BENCH_SIMD=SSE4 runs the kernels on that Highway target instead of the best one:
+# 128-bit vectors, the width of the DGX Spark's NEON, where no Arm machine is at hand.
 bench_int8_rows() {
   interleaved_report 'int8' <<'PY'
+import os
 base = runs["BM_memcpy_int8_output"]["GB/s"]
-print("medians of interleaved repetitions, one core; GB/s of output (I8 codes + F32 scales)")
+print("medians of interleaved repetitions, one core; GB/s of output (I8 codes + F32 scales); "
+      f"SIMD target: {os.environ.get('SHARDQ_BENCH_SIMD') or 'the best this CPU runs'}")
 print(f"{'benchmark':24s} {'GB/s':>8s} {'M rows/s':>9s} {'x memcpy':>9s}")
 for name in ("BM_memcpy_int8_output", "BM_int8_fp8_rows", "BM_int8_fp4_rows", "BM_int8_fp8_rows_narrow",
              "BM_int8_fp4_rows_narrow", "BM_int8_fp8_codec", "BM_int8_fp4_codec", "BM_int8_fp8_rows_ref", "BM_int8_fp4_rows_ref"):
