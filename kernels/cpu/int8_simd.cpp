@@ -185,6 +185,11 @@ HWY_INLINE VF RoundedQuotient(VF scaled, VF quotient, VF m, VF& error) {
   return rounded;
 }
 
+// A biased quotient's code (RoundedQuotient) as an int32: the sum's bits less the bias's.
+HWY_INLINE hn::Vec<DI> CodesOf(VF rounded) {
+  return hn::Sub(hn::BitCast(DI(), rounded), hn::Set(DI(), std::bit_cast<int32_t>(kRoundingBias)));
+}
+
 // One vector's codes (stored at `bytes`) and terms: `source` is x * 2^-k, `scaled`
 // x' = x * 2^(6 - k), `quotient` x / scale.
 HWY_INLINE void QuantizeVector(VF source, VF scaled, VF quotient, VF m, uint8_t* bytes, TermLanes& terms) {
@@ -620,11 +625,9 @@ struct NibbleTables {
 // the biased rounding half to even, the squares).
 HWY_INLINE void FillNibbleTables(int b, const Int8Row& row, NibbleTables& out) {
   const DF df;
-  const DI di;
   constexpr size_t kMagnitudes = E2M1::values.size() / 2;
   const VF unit = hn::Set(df, std::bit_cast<float>(uint32_t(b + Int8::error_shift - row.k) << 23));
   const VF m = hn::Set(df, row.m);
-  const auto bias_bits = hn::Set(di, std::bit_cast<int32_t>(kRoundingBias));
   const auto store_twice = [](hn::Vec<D8> bytes, uint8_t* table, size_t first) {
     hn::StoreU(bytes, D8(), table + first);
     hn::StoreU(bytes, D8(), table + kMagnitudes + first);
@@ -633,7 +636,7 @@ HWY_INLINE void FillNibbleTables(int b, const Int8Row& row, NibbleTables& out) {
     const VF scaled = hn::Mul(hn::LoadU(df, E2M1::values.data() + first), unit);
     VF error;
     const VF rounded = RoundedQuotient(scaled, hn::Div(scaled, m), m, error);
-    const auto codes = hn::Sub(hn::BitCast(di, rounded), bias_bits);
+    const auto codes = CodesOf(rounded);
     hn::StoreU(LowBytes(hn::BitCast(DU(), codes)), D8(), out.code + first);
     hn::StoreU(LowBytes(hn::BitCast(DU(), hn::Neg(codes))), D8(), out.code + kMagnitudes + first);
     const auto source = Term(SourceOfScaled(scaled)), error_term = Term(error); // below 2^16: two bytes
@@ -716,14 +719,10 @@ HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, 
 // prefetched block by block: the next row's amax pass then finds it in cache rather than
 // waiting for memory (a prefetch past the end of a buffer is harmless).
 #if HWY_TARGET == HWY_AVX2
-// AVX2 packing of codes, where LowBytes costs three shuffles a vector:
-// - a biased quotient's code (RoundedQuotient) as an int32: the sum's bits less the bias's;
-// - vpack* works per 128-bit lane, so packed bytes come in dwords of 4 lanes, each packed
-//   vector's lanes 0..3 in the low half and 4..7 in the high one: JoinPackedHalves puts
-//   each vector's 8 (of up to four) back together, in order.
-HWY_INLINE __m256i CodesOf(VF rounded) {
-  return _mm256_sub_epi32(hn::BitCast(DU(), rounded).raw, _mm256_set1_epi32(std::bit_cast<int32_t>(kRoundingBias)));
-}
+// AVX2 packing of codes (CodesOf), where LowBytes costs three shuffles a vector: vpack*
+// works per 128-bit lane, so packed bytes come in dwords of 4 lanes, each packed vector's
+// lanes 0..3 in the low half and 4..7 in the high one: JoinPackedHalves puts each
+// vector's 8 (of up to four) back together, in order.
 HWY_INLINE __m256i JoinPackedHalves(__m256i packed) {
   return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
@@ -753,7 +752,7 @@ HWY_INLINE void QuantizeFusedRow(const DecodeBlock& decode_block, const uint8_t*
       VF error;
       const VF rounded = RoundedQuotient(values[v], table.Quotient(values[v]), m, error);
       terms.Add(SourceOfScaled(values[v]), error);
-      quotients[v] = CodesOf(rounded);
+      quotients[v] = CodesOf(rounded).raw;
     }
     const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(quotients[0], quotients[1]), _mm256_packs_epi32(quotients[2], quotients[3]));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(bytes + column), JoinPackedHalves(packed));
