@@ -147,15 +147,17 @@ bool encode_rows(uint64_t rows, std::initializer_list<uint64_t> row_bytes, Encod
 
 // W8A8: each row decoded exactly and quantized to symmetric per-channel INT8, in one pass
 // that also finds NaN codes (quantize_linear_row_int8). Figures: rows, all-zero rows
-// (zero_blocks: a row is the INT8 block), sum x^2 and sum (deq - x)^2.
+// (zero_blocks: a row is the INT8 block), and on the report's sample of rows
+// (is_int8_report_row) sum x^2 and sum (deq - x)^2.
 bool encode_int8(const ChunkInput& chunk, LinearSource source, EncodedChunk& out, const std::atomic<bool>* cancel) {
   const LinearRows rows = linear_rows(chunk, source);
   check_linear_scales(rows);
   const uint64_t cols = uint64_t(rows.cols);
   const auto encode = [&](uint64_t r) {
     Int8RowSums sums;
+    const bool report_row = is_int8_report_row(rows.first_row + r);
     int8_t* codes = reinterpret_cast<int8_t*>(out.buffers[0].data() + r * cols);
-    const float scale = quantize_linear_row_int8(rows, r, codes, &sums);
+    const float scale = quantize_linear_row_int8(rows, r, codes, report_row ? &sums : nullptr);
     if (std::isnan(scale)) { // a NaN code: the kernel saw it in its one pass over the row
       check_linear_codes(rows, r, 1);
       throw StageError(fmt::format("{}: row {}: the INT8 kernel found a NaN code the check did not", rows.tensor,
@@ -164,7 +166,8 @@ bool encode_int8(const ChunkInput& chunk, LinearSource source, EncodedChunk& out
     std::memcpy(out.buffers[1].data() + r * sizeof(float), &scale, sizeof(float)); // F32 little-endian
     ++out.stats.rows;
     ++out.stats.blocks;
-    out.stats.zero_blocks += sums.all_zero ? 1 : 0;
+    out.stats.zero_blocks += is_all_zero_int8_row(scale, codes, rows.cols) ? 1 : 0;
+    if (!report_row) return;
     out.stats.reference_sq.add(sums.source_sq);
     out.stats.error_sq.add(sums.error_sq);
   };

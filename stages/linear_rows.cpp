@@ -81,4 +81,8 @@ float quantize_linear_row_int8(const LinearRows& rows, uint64_t r, int8_t* codes
   return quantize_row_int8_from_fp8_simd(row_codes(rows, r), row_scales(rows, r), rows.cols, codes, sums);
 }
 
+bool is_all_zero_int8_row(float scale, const int8_t* codes, int cols) {
+  return scale == 1.0f && std::all_of(codes, codes + cols, [](int8_t code) { return code == 0; });
+}
+
 } // namespace shardq

@@ -36,7 +36,23 @@ void decode_linear_row(const LinearRows& rows, uint64_t r, float* out);
 
 // Row r quantized to INT8 per channel straight from its codes (the SIMD kernels' fused
 // decode): the bits of decode_linear_row + quantize_row_int8_ref. Returns the row's scale.
-// Precondition: check_linear_rows passed.
+// `sums` null: the codes only (the kernels' faster paths). Precondition: check_linear_rows
+// passed.
 float quantize_linear_row_int8(const LinearRows& rows, uint64_t r, int8_t* codes, Int8RowSums* sums);
+
+// The W8A8 report measures its error figures on a fixed sample of each INT8 tensor's rows,
+// those whose absolute row index is a multiple of kInt8ReportRowStride (docs/formats.md
+// "INT8"): the report terms cost several times the codes, and a row in 16 of every tensor
+// still gives each kind's figure from thousands of rows. The sample depends on the row
+// index only, so it is the same for any rank count, chunking or schedule. `shardq verify`
+// recomputes the figures over every row.
+constexpr uint64_t kInt8ReportRowStride = 16;
+inline bool is_int8_report_row(uint64_t row) { return row % kInt8ReportRowStride == 0; }
+// How many of a tensor's `rows` the sample takes.
+inline uint64_t int8_report_row_count(uint64_t rows) { return (rows + kInt8ReportRowStride - 1) / kInt8ReportRowStride; }
+
+// Whether a quantized row was all zero: its scale is 1.0 and every code 0 (a row whose amax
+// is 127 has scale 1.0 too, and codes of +-127).
+bool is_all_zero_int8_row(float scale, const int8_t* codes, int cols);
 
 } // namespace shardq

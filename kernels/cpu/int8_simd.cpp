@@ -139,12 +139,15 @@ class TermLanes {
 //   scale / 2) rounds to code 0 either way.
 // Needs a vector of 8 lanes or more (the 8 entries of T repeat across a wider one).
 constexpr float kSmallestTableScale = 0x1p-120f;
+// 1 + j / 8 for j = i % 8: the 8 significands of 3 fraction bits, three times over (a
+// vector of up to 16 lanes loads from any of the first 8).
+HWY_ALIGN constexpr float kSignificands[24] = {1.0f, 1.125f, 1.25f, 1.375f, 1.5f, 1.625f, 1.75f, 1.875f,
+                                               1.0f, 1.125f, 1.25f, 1.375f, 1.5f, 1.625f, 1.75f, 1.875f,
+                                               1.0f, 1.125f, 1.25f, 1.375f, 1.5f, 1.625f, 1.75f, 1.875f};
 struct QuotientTable {
   VF table;
   explicit QuotientTable(float scale) {
     const DF df;
-    HWY_ALIGN static constexpr float kSignificands[16] = {1.0f,   1.125f, 1.25f, 1.375f, 1.5f,   1.625f, 1.75f, 1.875f,
-                                                          1.0f,   1.125f, 1.25f, 1.375f, 1.5f,   1.625f, 1.75f, 1.875f};
     static_assert(hn::MaxLanes(DF()) <= 16);
     table = hn::Div(hn::Load(df, kSignificands), hn::Set(df, scale)); // one rounded quotient a lane, as a scalar one
   }
@@ -660,14 +663,15 @@ HWY_INLINE hn::Vec<D> Fp4Nibbles(D d, const uint8_t* packed) {
   return hn::Combine(d, hn::InterleaveUpper(dh, low, high), hn::InterleaveLower(low, high));
 }
 
-// The codes and terms of a row of FP4 blocks whose scale bytes lie in [smallest, largest],
-// by the tables above; false (nothing written) where the row spans too many scales. A row
+// The codes and terms (where `totals` is not null) of a row of FP4 blocks whose scale bytes
+// lie in [smallest, largest], by the tables above; false (nothing written) where the row
+// spans too many scales. A row
 // of fewer blocks than scales in its span fills only the scales its blocks have (filling
 // one costs about two blocks' lookups), so even a row of one block costs no more than the
 // fused vectors' path.
 HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, const uint8_t* scales, size_t cols,
                                     uint8_t smallest, uint8_t largest, const Int8Row& row, int8_t* codes,
-                                    TermTotals& totals) {
+                                    TermTotals* totals) {
   // The fill takes 8 magnitudes at a time or fewer (wider vectors: AVX-512 has LutRow).
   if (largest - smallest >= kScaleTables || hn::Lanes(DF()) > E2M1::values.size() / 2) return false;
   NibbleTables by_scale[kScaleTables];
@@ -699,14 +703,125 @@ HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, 
       const auto nibbles = Fp4Nibbles(d, packed + part / 2);
       const auto lookup = [&](const uint8_t* table) { return hn::TableLookupBytes(hn::LoadDup128(d, table), nibbles); };
       hn::StoreU(lookup(scale.code), d, bytes + part);
+      if (!totals) continue;
       source_sum = hn::Add(source_sum, term_sum(lookup(scale.term[0]), lookup(scale.term[1])));
       error_sum = hn::Add(error_sum, term_sum(lookup(scale.term[2]), lookup(scale.term[3])));
     }
   }
-  totals.source_sq += hn::GetLane(hn::SumOfLanes(d64, source_sum));
-  totals.error_sq += hn::GetLane(hn::SumOfLanes(d64, error_sum));
+  if (totals) {
+    totals->source_sq += hn::GetLane(hn::SumOfLanes(d64, source_sum));
+    totals->error_sq += hn::GetLane(hn::SumOfLanes(d64, error_sum));
+  }
   return true;
 }
+
+#if HWY_ARCH_X86 || HWY_ARCH_ARM_A64
+// ------------------------------------------------------------ FP8 codes by key tables
+// A row whose report terms are not wanted (sums null: the codec measures the report on a
+// sample of rows, docs/formats.md "INT8") needs its codes only, and a decoded FP8 value's
+// code depends on its key alone: x' = x * 2^(6 - k) = (1 + (key % 8) / 8) * 2^(key / 8 - 2)
+// for keys 0..127, the row's 16 binades below amax (as the AVX-512 table rows, LutRow). The
+// key of code c in a block of scale byte b is |c| - 8 * (k + 126 - b) for a normal code;
+// for a subnormal one (|c| < 8) that lands below key 8, as the value does, wherever b <=
+// k + 126 (else the row goes elsewhere). Keys below 48 have x' <= 2^4 < m / 2 (m = scale *
+// 2^(6 - k) is at least 64): code 0. The 80 keys 48..127 take their codes from five 16-byte
+// tables by byte shuffles (vpshufb, tbl), indexed by the key less 48, saturating at 0 (key
+// 48's code is 0 too).
+constexpr int kFirstCodedKey = 48;
+constexpr int kCodedKeys = 80;
+constexpr int kFp8KeyBase = 126; // the key of |code| in a block of scale byte k + 126
+
+// 2^(key / 8 - 2): x' of a key with its fraction bits cleared.
+HWY_ALIGN constexpr auto kKeyBinades = [] {
+  std::array<float, 128> binades{};
+  for (size_t key = 0; key < binades.size(); ++key) binades[key] = std::bit_cast<float>(uint32_t(int(key / 8) - 2 + 127) << 23);
+  return binades;
+}();
+
+// The codes of keys 48..127 in `codes`: the quotient x' / m as a QuotientTable takes it
+// (fl(significand / m) times the key's binade: exact, and the same fp32 number as the ref's
+// x / scale, the same real number), rounded half to even as RoundedQuotient rounds.
+HWY_INLINE void FillKeyCodes(float m, uint8_t* codes) {
+  const DF df;
+  const size_t n = hn::Lanes(df);
+  HWY_ALIGN float quotients[24];
+  for (size_t j = 0; j < 8; j += n) hn::Store(hn::Div(hn::Load(df, kSignificands + j), hn::Set(df, m)), df, quotients + j);
+  for (size_t j = 8; j < 24; ++j) quotients[j] = quotients[j - 8];
+  const VF bias = hn::Set(df, kRoundingBias);
+  for (size_t key = kFirstCodedKey; key < kFirstCodedKey + kCodedKeys; key += n) {
+    const VF quotient = hn::Mul(hn::LoadU(df, quotients + key % 8), hn::Load(df, kKeyBinades.data() + key));
+    hn::StoreU(LowBytes(hn::BitCast(DU(), CodesOf(hn::Add(quotient, bias)))), D8(), codes + key - kFirstCodedKey);
+  }
+}
+
+// The codes of Lanes(d) keys (less 48) from the five tables. x86's vpshufb reads an index's
+// low 4 bits and gives 0 where bit 7 is set; Arm's tbl gives 0 for every index from 16. The
+// key less 16 j has bit 7 set below table j, so on x86 table j holds its codes xor table
+// j - 1's and the lookups are xored: each key gets its own table's code. On Arm the tables
+// are the codes and only the key's own table gives anything: the lookups are or-ed.
+template <class D>
+class KeyCodeLookup {
+ public:
+  explicit KeyCodeLookup(const uint8_t* codes) {
+    const D d;
+    HWY_ALIGN uint8_t table[kCodedKeys];
+    std::memcpy(table, codes, kCodedKeys);
+#if HWY_ARCH_X86
+    for (int at = kCodedKeys - 1; at >= 16; --at) table[at] ^= table[at - 16];
+#endif
+    for (size_t j = 0; j < kTables; ++j) tables_[j] = hn::LoadDup128(d, table + 16 * j);
+  }
+  HWY_INLINE hn::Vec<D> Codes(hn::Vec<D> key) const {
+    const D d;
+    auto codes = hn::TableLookupBytesOr0(tables_[0], key);
+    for (size_t j = 1; j < kTables; ++j) {
+      const auto part = hn::TableLookupBytesOr0(tables_[j], hn::Sub(key, hn::Set(d, uint8_t(16 * j))));
+#if HWY_ARCH_X86
+      codes = hn::Xor(codes, part);
+#else
+      codes = hn::Or(codes, part);
+#endif
+    }
+    return codes;
+  }
+
+ private:
+  static constexpr size_t kTables = kCodedKeys / 16;
+  hn::Vec<D> tables_[kTables];
+};
+
+// A row of FP8 blocks by key tables, its amax known and its terms not wanted: its scale,
+// else NaN (a block above k + 126, or a scale that is not normal: another path).
+// `source_bytes`: the row's length in bytes, for the prefetch of the next row.
+HWY_INLINE float Fp8CodesByKeys(const uint8_t* codes, size_t source_bytes, const uint8_t* scales, size_t cols,
+                                uint8_t largest, float amax, int8_t* out) {
+  const Int8Row row = Int8Row::of_amax(amax);
+  const int base = row.k + kFp8KeyBase;
+  if (!VectorScale(row.scale) || row.k != int8_detail::binade(row.scale) || int(largest) > base) return NAN;
+  HWY_ALIGN uint8_t key_codes[kCodedKeys];
+  FillKeyCodes(row.m, key_codes);
+  const hn::CappedTag<uint8_t, kSourceBlock> d; // a block in one vector or in two
+  const hn::RebindToSigned<decltype(d)> di;
+  const KeyCodeLookup<decltype(d)> lookup(key_codes);
+  const auto magnitude_bits = hn::Set(d, uint8_t{0x7F});
+  for (size_t column = 0; column < cols; column += kSourceBlock) {
+    hwy::Prefetch(codes + source_bytes + column); // the next row's, for its amax pass
+    // |code| less this, saturating: the key less 48 (at most 255: all of the block's keys
+    // are below 48).
+    const int below = 8 * (base - int(scales[column / kSourceBlock])) + kFirstCodedKey;
+    const auto offset = hn::Set(d, uint8_t(std::min(below, 255)));
+    for (size_t part = column; part < column + kSourceBlock; part += hn::Lanes(d)) {
+      const auto bytes = hn::LoadU(d, codes + part);
+      const auto magnitude = hn::BitCast(di, lookup.Codes(hn::SaturatedSub(hn::And(bytes, magnitude_bits), offset)));
+      // A mask from a comparison: this Highway's IfNegativeThenElse for int8 on SSSE3 takes
+      // the whole byte as the mask.
+      const auto negative = hn::Lt(hn::BitCast(di, bytes), hn::Zero(di));
+      hn::StoreU(hn::IfThenElse(negative, hn::Neg(magnitude), magnitude), di, out + part);
+    }
+  }
+  return row.scale;
+}
+#endif
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
@@ -906,11 +1021,12 @@ HWY_INLINE __m512i Fp4Ords(const uint8_t* packed, size_t column, __m512i ord_tab
 }
 
 // A row of FP8 or FP4 blocks (cols a multiple of 64) by tables, its amax known: its scale,
-// else NaN (a block above k + base, or a scale below 2^-120: the fused vector path).
+// else NaN (a block above k + base, or a scale below 2^-120: the fused vector path). The
+// terms only where `sums` is not null.
 // vpdpbusd is AVX512-VNNI, which Highway's dispatch requires of every AVX3_DL CPU (its
 // target string names only the 256-bit form): the attribute adds it to this function,
 // which is therefore not inlined.
-template <bool kFp4>
+template <bool kFp4, bool kTerms>
 __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* source, size_t source_bytes, const uint8_t* scales, size_t cols,
                         uint8_t largest, float amax, int8_t* out, Int8RowSums* sums) {
   const Int8Row row = Int8Row::of_amax(amax);
@@ -954,6 +1070,7 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
       const __m512i low_code = _mm512_min_epu8(_mm512_subs_epu8(key, first_one_less_1), one);
       const __m512i magnitude = _mm512_max_epu8(_mm512_maskz_permutexvar_epi8(high, key, code_high), low_code);
       _mm512_storeu_si512(out + column, _mm512_mask_sub_epi8(magnitude, negative, zero, magnitude));
+      if constexpr (!kTerms) continue;
       sum[0] = _mm512_dpbusd_epi32(sum[0], source0.Lookup(key), ones);
       sum[1] = _mm512_dpbusd_epi32(sum[1], _mm512_maskz_permutexvar_epi8(high, key, source1_high), ones);
       sum[2] = _mm512_dpbusd_epi32(sum[2], error0.Lookup(key), ones);
@@ -993,8 +1110,17 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, [[maybe_unused]] const Decode
   if (nan_code || !amax_known) return NAN;
 #if HWY_TARGET == HWY_AVX3_DL
   if (cols % 64 == 0) {
-    const float scale = LutRow<kFp4>(source, source_bytes, scales, size_t(cols), largest, amax, out, sums);
+    const float scale = sums ? LutRow<kFp4, true>(source, source_bytes, scales, size_t(cols), largest, amax, out, sums)
+                             : LutRow<kFp4, false>(source, source_bytes, scales, size_t(cols), largest, amax, out, nullptr);
     if (!std::isnan(scale)) return scale;
+  }
+#endif
+#if HWY_ARCH_X86 || HWY_ARCH_ARM_A64
+  if constexpr (!kFp4) {
+    if (!sums) {
+      const float scale = Fp8CodesByKeys(source, source_bytes, scales, size_t(cols), largest, amax, out);
+      if (!std::isnan(scale)) return scale;
+    }
   }
 #endif
   const Int8Row row = Int8Row::of_amax(amax);
@@ -1004,7 +1130,7 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, [[maybe_unused]] const Decode
   TermTotals totals;
   bool quantized = false;
 #if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
-  if constexpr (kFp4) quantized = Fp4RowByScaleTables(source, source_bytes, scales, size_t(cols), smallest, largest, row, out, totals);
+  if constexpr (kFp4) quantized = Fp4RowByScaleTables(source, source_bytes, scales, size_t(cols), smallest, largest, row, out, sums ? &totals : nullptr);
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
   if (!quantized) {
@@ -1020,12 +1146,13 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, [[maybe_unused]] const Decode
 
 float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out, Int8RowSums* sums) {
   bool scanned = false; // whether the fused row looked at every code
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
+#if HWY_TARGET != HWY_SCALAR
   {
     bool nan_code = false;
     const auto key_amax = [=](size_t blocks, uint8_t smallest, uint8_t largest, float& amax, bool& nan_found) {
       return Fp8KeyAmax(codes, scales, blocks, smallest, largest, amax, nan_found);
     };
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
     const auto decode_block = [=](size_t column, VF unit, VF* values) {
 #if HWY_TARGET <= HWY_AVX3
       DecodeFp8BlockViaFp16(codes + column, unit, values[0], values[1]);
@@ -1034,6 +1161,9 @@ float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int co
         values[v] = DecodeFp8ViaFp16(codes + column + v * hn::Lanes(DF()), unit);
 #endif
     };
+#else
+    const auto decode_block = nullptr; // fused vectors are x86's: codes-only rows by key tables, others by tiles
+#endif
     const float scale = FusedRow<false>(key_amax, decode_block, codes, size_t(std::max(cols, 0)), scales, cols, 10, 8, out,
                                         sums, scanned, nan_code);
     if (!std::isnan(scale) || nan_code) return scale;

@@ -9,6 +9,7 @@
 #include <set>
 #include <string_view>
 
+#include "stages/linear_rows.h"
 #include "stages/recipes/engram_tables.h"
 #include "stages/stage_error.h"
 
@@ -171,6 +172,7 @@ namespace {
 
 struct KindTotals {
   uint64_t tensors = 0, rows = 0, zero_rows = 0;
+  uint64_t error_rows = 0; // the rows the error figure was measured on
   ChunkStats stats;
 };
 
@@ -190,6 +192,7 @@ std::pair<Kinds, Kinds> kind_totals(const RecipePlan& plan, std::span<const Task
     KindTotals& kind = found->second;
     ++kind.tensors;
     kind.rows += task.rows;
+    kind.error_rows += bf16 ? task.rows : int8_report_row_count(task.rows);
     kind.zero_rows += totals[t].stats.zero_blocks;
     kind.stats.merge(totals[t].stats);
   }
@@ -201,7 +204,7 @@ Json kinds_report(const Kinds& kinds) {
   for (const auto& [name, kind] : kinds) {
     const double reference = kind.stats.reference_sq.to_double();
     out.push_back({{"kind", name}, {"tensors", kind.tensors}, {"rows", kind.rows}, {"all_zero_rows", kind.zero_rows},
-                   {"rel_rms_error", reference > 0 ? std::sqrt(kind.stats.error_sq.to_double() / reference) : 0.0}});
+                   {"rel_rms_rows", kind.error_rows}, {"rel_rms_error", reference > 0 ? std::sqrt(kind.stats.error_sq.to_double() / reference) : 0.0}});
   }
   return out;
 }
@@ -213,6 +216,8 @@ Json W8a8Int8Recipe::report(const RecipePlan& plan, const RecipeParams& params, 
   report["method"] = "int8-per-channel";
   report["parameters"] = {{"weight", "I8 [out, in], symmetric, clamp [-127, 127], round half to even"},
                           {"weight_scale", "F32 [out, 1] = row amax / 127 (all-zero row: 1.0)"},
+                          {"rel_rms_error", fmt::format("INT8 kinds: over rows r % {} == 0 of each tensor (rel_rms_rows); "
+                                                        "BF16 kinds: over every row", kInt8ReportRowStride)},
                           {"ignore", params.ignore}};
   std::map<std::string, uint64_t> dtypes; // output tensors by dtype (changed shards)
   for (const auto& [shard, entries] : plan.shards) {

@@ -331,8 +331,10 @@ void set_int8_counters(benchmark::State& state, int rows) {
   state.counters["rows/s"] = benchmark::Counter(iterations * rows, benchmark::Counter::kIsRate);
 }
 
-// Row by row: quantize_linear_row_int8 (the SIMD kernels' fused decode + quantize), or the
-// scalar truth it is tested against (decode_linear_row + quantize_row_int8_ref).
+// Row by row as the codec takes them: quantize_linear_row_int8 (the SIMD kernels' fused
+// decode + quantize) with the report's sums on its sample of rows (is_int8_report_row) and
+// the codes alone on the rest, or the scalar truth it is tested against (decode_linear_row
+// + quantize_row_int8_ref, sums on every row).
 template <bool kRef>
 void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, int cols) {
   const LinearSourceBytes& source = int8_source(kind, cols);
@@ -348,7 +350,8 @@ void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, int cols)
         shardq::decode_linear_row(rows, uint64_t(r), values.data());
         scales[size_t(r)] = shardq::quantize_row_int8_ref(values.data(), cols, row_codes, &sums);
       } else {
-        scales[size_t(r)] = shardq::quantize_linear_row_int8(rows, uint64_t(r), row_codes, &sums);
+        const bool report_row = shardq::is_int8_report_row(uint64_t(r));
+        scales[size_t(r)] = shardq::quantize_linear_row_int8(rows, uint64_t(r), row_codes, report_row ? &sums : nullptr);
       }
       error_sq += sums.error_sq;
     }

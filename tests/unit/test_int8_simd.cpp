@@ -1,9 +1,10 @@
 // quantize_row_int8_simd == quantize_row_int8_ref, and the fused source rows
 // (quantize_row_int8_from_fp8_simd / _from_fp4_simd) == the scalar decode + the ref, bit for
-// bit (scale, codes, both sums and the all-zero flag), on every SIMD target this CPU
-// supports and the build generated: random rows, exact ties at every half step, quotients
-// one ulp off a tie, all-zero rows, subnormals (and scales too small to be normal), one
-// huge value, every column count around the vector, tile and block edges.
+// bit (scale, codes, both sums and the all-zero flag; scale and codes where no sums are
+// wanted), on every SIMD target this CPU supports and the build generated: random rows,
+// exact ties at every half step, quotients one ulp off a tie, all-zero rows, subnormals
+// (and scales too small to be normal), one huge value, every column count around the
+// vector, tile and block edges.
 // AVX3_DL too (before any Highway header), as kernels/cpu/int8_simd.cpp generates it.
 #define HWY_WANT_AVX3_DL
 #include <gtest/gtest.h>
@@ -105,18 +106,30 @@ std::vector<float> decoded_fp4(const SourceRow& row) {
   return x;
 }
 
-void expect_fp8_equals_ref(const SourceRow& row, const std::string& what) {
-  const std::vector<float> x = decoded_fp8(row);
+// The scale and codes of a row quantized without its sums (the codes-only paths).
+void expect_same_codes(const Quantized& got, const Quantized& want, const std::string& where) {
+  ASSERT_EQ(std::bit_cast<uint32_t>(got.scale), std::bit_cast<uint32_t>(want.scale)) << where << ": scale";
+  ASSERT_EQ(got.codes, want.codes) << where << ": codes";
+}
+
+// A fused source row, with its sums and without (sums null: the row's codes only).
+template <class Kernel>
+void expect_source_equals_ref(Kernel kernel, const SourceRow& row, const std::vector<float>& x, const std::string& what) {
+  const Quantized want = ref_of(x);
   Quantized got = empty_for(x.size());
-  got.scale = quantize_row_int8_from_fp8_simd(row.codes.data(), row.scales.data(), row.cols, got.codes.data(), &got.sums);
-  expect_same(got, ref_of(x), what + " (fused fp8)");
+  got.scale = kernel(row.codes.data(), row.scales.data(), row.cols, got.codes.data(), &got.sums);
+  expect_same(got, want, what + " with sums");
+  Quantized codes_only = empty_for(x.size());
+  codes_only.scale = kernel(row.codes.data(), row.scales.data(), row.cols, codes_only.codes.data(), nullptr);
+  expect_same_codes(codes_only, want, what + " codes only");
+}
+
+void expect_fp8_equals_ref(const SourceRow& row, const std::string& what) {
+  expect_source_equals_ref(quantize_row_int8_from_fp8_simd, row, decoded_fp8(row), what + " (fused fp8)");
 }
 
 void expect_fp4_equals_ref(const SourceRow& row, const std::string& what) {
-  const std::vector<float> x = decoded_fp4(row);
-  Quantized got = empty_for(x.size());
-  got.scale = quantize_row_int8_from_fp4_simd(row.codes.data(), row.scales.data(), row.cols, got.codes.data(), &got.sums);
-  expect_same(got, ref_of(x), what + " (fused fp4)");
+  expect_source_equals_ref(quantize_row_int8_from_fp4_simd, row, decoded_fp4(row), what + " (fused fp4)");
 }
 
 // Random codes (E4M3 without NaN, or any E2M1 byte) and E8M0 scales in [low, low + span).
@@ -338,6 +351,8 @@ TEST(Int8Simd, Fp8NanCodeReturnsNan) {
         Int8RowSums sums;
         const float scale = quantize_row_int8_from_fp8_simd(row.codes.data(), row.scales.data(), cols, out.data(), &sums);
         EXPECT_TRUE(std::isnan(scale)) << label("fp8 nan at " + std::to_string(at), cols, trial, on);
+        const float codes_only = quantize_row_int8_from_fp8_simd(row.codes.data(), row.scales.data(), cols, out.data(), nullptr);
+        EXPECT_TRUE(std::isnan(codes_only)) << label("fp8 nan (codes only) at " + std::to_string(at), cols, trial, on);
       }
     }
   });
