@@ -21,6 +21,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "kernels/formats.h"
 #include "kernels/int8.h"
@@ -205,6 +206,14 @@ HWY_INLINE void QuantizeVector(VF source, VF scaled, VF quotient, VF m, uint8_t*
 // x * 2^-k from x' = x * 2^(6 - k) of a decoded value: the same real number, and each is
 // exact or its one rounding (3 significant bits: exact down to 2^-146).
 HWY_INLINE VF SourceOfScaled(VF scaled) { return hn::Mul(scaled, hn::Set(DF(), 0x1p-6f)); }
+
+// A decoded FP8 / FP4 amax has at most 3 fraction bits, and a row's m = scale * 2^(6 - k)
+// (kernels/int8.h) depends on amax's significand alone wherever the scale is normal: so
+// the tables built from m (its codes and terms by key) are one of 8, built once, picked by
+// the amax's top 3 fraction bits. Each holds the m it was built for, which the row checks.
+constexpr int kAmaxSignificands = 8;
+HWY_INLINE size_t SignificandIndex(float amax) { return (std::bit_cast<uint32_t>(amax) >> 20) & 7; }
+HWY_INLINE Int8Row RowOfSignificand(size_t j) { return Int8Row::of_amax(1.0f + float(j) / 8.0f); }
 
 // max |x[i]| over the whole vectors of [0, count); returns how many columns it covered.
 HWY_INLINE size_t MaxAbsVectors(const float* x, size_t count, float& amax) {
@@ -759,17 +768,32 @@ HWY_INLINE void FillKeyCodes(float m, uint8_t* codes) {
 // key less 16 j has bit 7 set below table j, so on x86 table j holds its codes xor table
 // j - 1's and the lookups are xored: each key gets its own table's code. On Arm the tables
 // are the codes and only the key's own table gives anything: the lookups are or-ed.
+struct KeyCodeTables {
+  float m[kAmaxSignificands];
+  HWY_ALIGN uint8_t bytes[kAmaxSignificands][kCodedKeys]; // as the lookup takes them
+};
+
+const KeyCodeTables& KeyCodesBySignificand() {
+  static const KeyCodeTables tables = [] {
+    KeyCodeTables out;
+    for (size_t j = 0; j < kAmaxSignificands; ++j) {
+      out.m[j] = RowOfSignificand(j).m;
+      uint8_t* table = out.bytes[j];
+      FillKeyCodes(out.m[j], table);
+#if HWY_ARCH_X86
+      for (int at = kCodedKeys - 1; at >= 16; --at) table[at] ^= table[at - 16];
+#endif
+    }
+    return out;
+  }();
+  return tables;
+}
+
 template <class D>
 class KeyCodeLookup {
  public:
-  explicit KeyCodeLookup(const uint8_t* codes) {
-    const D d;
-    HWY_ALIGN uint8_t table[kCodedKeys];
-    std::memcpy(table, codes, kCodedKeys);
-#if HWY_ARCH_X86
-    for (int at = kCodedKeys - 1; at >= 16; --at) table[at] ^= table[at - 16];
-#endif
-    for (size_t j = 0; j < kTables; ++j) tables_[j] = hn::LoadDup128(d, table + 16 * j);
+  explicit KeyCodeLookup(const uint8_t* table) {
+    for (size_t j = 0; j < kTables; ++j) tables_[j] = hn::LoadDup128(D(), table + 16 * j);
   }
   HWY_INLINE hn::Vec<D> Codes(hn::Vec<D> key) const {
     const D d;
@@ -797,12 +821,13 @@ HWY_INLINE float Fp8CodesByKeys(const uint8_t* codes, size_t source_bytes, const
                                 uint8_t largest, float amax, int8_t* out) {
   const Int8Row row = Int8Row::of_amax(amax);
   const int base = row.k + kFp8KeyBase;
-  if (!VectorScale(row.scale) || row.k != int8_detail::binade(row.scale) || int(largest) > base) return NAN;
-  HWY_ALIGN uint8_t key_codes[kCodedKeys];
-  FillKeyCodes(row.m, key_codes);
+  const KeyCodeTables& tables = KeyCodesBySignificand();
+  const size_t j = SignificandIndex(amax);
+  if (!VectorScale(row.scale) || row.k != int8_detail::binade(row.scale) || int(largest) > base || tables.m[j] != row.m)
+    return NAN;
   const hn::CappedTag<uint8_t, kSourceBlock> d; // a block in one vector or in two
   const hn::RebindToSigned<decltype(d)> di;
-  const KeyCodeLookup<decltype(d)> lookup(key_codes);
+  const KeyCodeLookup<decltype(d)> lookup(tables.bytes[j]);
   const auto magnitude_bits = hn::Set(d, uint8_t{0x7F});
   for (size_t column = 0; column < cols; column += kSourceBlock) {
     hwy::Prefetch(codes + source_bytes + column); // the next row's, for its amax pass
@@ -962,15 +987,18 @@ HWY_INLINE __m512i ByteOfDwords(const __m512i* dwords) {
 // come from the upper halves by vpermb. `valid` checks the codes.
 struct RowTables {
   __m512i code_high;     // codes of keys 64..127
+  ZmmPair codes;          // codes of keys 0..127 (rows without terms: one permute a vector)
   ZmmPair error0, error1; // error term bytes 0 and 1
+  float m = 0.0f;         // the row's m these are for
   uint8_t first_one = kKeys / 2;
   bool valid = true;
 
-  RowTables(const Int8Row& row, const KeyTables& keys) : error0(ByteZero()), error1(ByteZero()) {
+  RowTables(const Int8Row& row, const KeyTables& keys)
+      : codes(ByteZero()), error0(ByteZero()), error1(ByteZero()), m(row.m) {
     const DF df;
     const VF m = hn::Set(df, row.m);
     const VF quotients = hn::Div(hn::Load(df, keys.significand), m);
-    __m512i codes[2], term_bytes[2][2];
+    __m512i key_codes[2], term_bytes[2][2];
     for (int half = 0; half < 2; ++half) {
       __m512i rounded_bits[4], terms[4];
       for (int v = 0; v < 4; ++v) {
@@ -981,22 +1009,33 @@ struct RowTables {
         rounded_bits[v] = hn::BitCast(DU(), rounded).raw;
         terms[v] = Term(error).raw;
       }
-      codes[half] = ByteOfDwords<0>(rounded_bits);
+      key_codes[half] = ByteOfDwords<0>(rounded_bits);
       term_bytes[half][0] = ByteOfDwords<0>(terms);
       term_bytes[half][1] = ByteOfDwords<1>(terms);
     }
-    code_high = codes[1];
+    code_high = key_codes[1];
+    codes = ZmmPair(key_codes[0], key_codes[1]);
     error0 = ZmmPair(term_bytes[0][0], term_bytes[1][0]);
     error1 = ZmmPair(term_bytes[0][1], term_bytes[1][1]);
     // Codes rise with the key: first_one is the count of low keys of code 0.
     const __m512i one = _mm512_set1_epi8(1);
-    first_one = uint8_t(__builtin_popcountll(_mm512_cmpeq_epi8_mask(codes[0], _mm512_setzero_si512())));
-    valid = _mm512_cmpgt_epu8_mask(codes[0], one) == 0 && _mm512_cmplt_epu8_mask(code_high, one) == 0;
+    first_one = uint8_t(__builtin_popcountll(_mm512_cmpeq_epi8_mask(key_codes[0], _mm512_setzero_si512())));
+    valid = _mm512_cmpgt_epu8_mask(key_codes[0], one) == 0 && _mm512_cmplt_epu8_mask(code_high, one) == 0;
   }
 
  private:
   static ZmmPair ByteZero() { return ZmmPair(_mm512_setzero_si512(), _mm512_setzero_si512()); }
 };
+
+// The tables of the 8 amax significands (SignificandIndex), built once.
+template <size_t... J>
+std::array<RowTables, sizeof...(J)> MakeRowTables(std::index_sequence<J...>) {
+  return {RowTables(RowOfSignificand(J), Keys())...};
+}
+const std::array<RowTables, kAmaxSignificands>& RowTablesBySignificand() {
+  static const auto tables = MakeRowTables(std::make_index_sequence<kAmaxSignificands>());
+  return tables;
+}
 
 // 64 FP8 codes: their magnitudes (the ord) and the sign mask.
 HWY_INLINE __m512i Fp8Ords(const uint8_t* codes, size_t column, __mmask64& negative) {
@@ -1033,12 +1072,12 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
   const int base = row.k + (kFp4 ? kFp4Base : kFp8Base);
   if (!VectorScale(row.scale) || row.k != int8_detail::binade(row.scale) || int(largest) > base) return NAN;
   const KeyTables& keys = Keys();
-  const RowTables tables(row, keys);
-  if (!tables.valid || !keys.low_keys_small) return NAN;
+  const RowTables& tables = RowTablesBySignificand()[SignificandIndex(amax)];
+  if (!tables.valid || !keys.low_keys_small || tables.m != row.m) return NAN;
   const __m512i ord_table = _mm512_load_si512(keys.fp4_ord);
   const __m512i code_high = tables.code_high;
   const __m512i source1_high = _mm512_load_si512(keys.source_term[1] + 64);
-  const ZmmPair source0(keys.source_term[0]), error0 = tables.error0, error1 = tables.error1;
+  const ZmmPair source0(keys.source_term[0]), error0 = tables.error0, error1 = tables.error1, codes = tables.codes;
   const __m512i first_one_less_1 = _mm512_set1_epi8(char(tables.first_one - 1)), one = _mm512_set1_epi8(1);
   HWY_ALIGN static constexpr uint8_t kSpread[64] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
@@ -1066,16 +1105,21 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
       const __m512i ord = kFp4 ? Fp4Ords(source, column, ord_table, negative) : Fp8Ords(source, column, negative);
       const __m512i offset = _mm512_permutexvar_epi8(spread, _mm512_loadu_si512(below + column / kSourceBlock % kFusedBlocks));
       const __m512i key = _mm512_subs_epu8(ord, offset);
+      if constexpr (!kTerms) {
+        const __m512i magnitude = codes.Lookup(key);
+        _mm512_storeu_si512(out + column, _mm512_mask_sub_epi8(magnitude, negative, zero, magnitude));
+        continue;
+      }
       const __mmask64 high = _mm512_movepi8_mask(_mm512_add_epi8(key, key)); // key >= 64
       const __m512i low_code = _mm512_min_epu8(_mm512_subs_epu8(key, first_one_less_1), one);
       const __m512i magnitude = _mm512_max_epu8(_mm512_maskz_permutexvar_epi8(high, key, code_high), low_code);
       _mm512_storeu_si512(out + column, _mm512_mask_sub_epi8(magnitude, negative, zero, magnitude));
-      if constexpr (!kTerms) continue;
       sum[0] = _mm512_dpbusd_epi32(sum[0], source0.Lookup(key), ones);
       sum[1] = _mm512_dpbusd_epi32(sum[1], _mm512_maskz_permutexvar_epi8(high, key, source1_high), ones);
       sum[2] = _mm512_dpbusd_epi32(sum[2], error0.Lookup(key), ones);
       sum[3] = _mm512_dpbusd_epi32(sum[3], error1.Lookup(key), ones);
     }
+    if constexpr (!kTerms) continue;
     const auto total = [](__m512i lanes) { return uint64_t(uint32_t(_mm512_reduce_add_epi32(lanes))); };
     totals.source_sq += total(sum[0]) + (total(sum[1]) << 8);
     totals.error_sq += total(sum[2]) + (total(sum[3]) << 8);
