@@ -519,6 +519,13 @@ HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t b
 // largest key K > 8 * (largest b) is a normal code's and the row's amax: (1 + mmm / 8) *
 // 2^(K / 8 - 133), whose fp32 bits are K << 20 - 6 << 23 (when that is a normal number).
 // Returns false where it cannot tell (the amax may be a subnormal code's, or not normal).
+HWY_INLINE bool AmaxOfFp8Key(uint32_t key, uint8_t largest_b, float& amax) {
+  const uint32_t biased_exponent = (key >> 3) - 6;
+  if (key <= 8u * largest_b || key >> 3 < 7 || biased_exponent > 254) return false;
+  amax = std::bit_cast<float>((key << 20) - (6u << 23));
+  return true;
+}
+
 HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t blocks, uint8_t smallest_b,
                            uint8_t largest_b, float& amax, bool& nan_code) {
   const hn::CappedTag<uint16_t, kSourceBlock> d16;
@@ -548,10 +555,7 @@ HWY_INLINE bool Fp8KeyAmax(const uint8_t* codes, const uint8_t* scales, size_t b
     nan_code = nan_code || hn::GetLane(hn::MaxOfLanes(d16, magnitudes)) == 0x7F;
     key = std::max(key, uint32_t(hn::GetLane(hn::MaxOfLanes(d16, keys))));
   }
-  const uint32_t biased_exponent = (key >> 3) - 6;
-  if (key <= 8u * largest_b || key >> 3 < 7 || biased_exponent > 254) return false;
-  amax = std::bit_cast<float>((key << 20) - (6u << 23));
-  return true;
+  return AmaxOfFp8Key(key, largest_b, amax);
 }
 
 // The same for FP4 blocks (16 bytes, two E2M1 codes each): key = (|code| - 2, at least 0)
@@ -814,38 +818,6 @@ class KeyCodeLookup {
   hn::Vec<D> tables_[kTables];
 };
 
-// A row of FP8 blocks by key tables, its amax known and its terms not wanted: its scale,
-// else NaN (a block above k + 126, or a scale that is not normal: another path).
-// `source_bytes`: the row's length in bytes, for the prefetch of the next row.
-HWY_INLINE float Fp8CodesByKeys(const uint8_t* codes, size_t source_bytes, const uint8_t* scales, size_t cols,
-                                uint8_t largest, float amax, int8_t* out) {
-  const Int8Row row = Int8Row::of_amax(amax);
-  const int base = row.k + kFp8KeyBase;
-  const KeyCodeTables& tables = KeyCodesBySignificand();
-  const size_t j = SignificandIndex(amax);
-  if (!VectorScale(row.scale) || row.k != int8_detail::binade(row.scale) || int(largest) > base || tables.m[j] != row.m)
-    return NAN;
-  const hn::CappedTag<uint8_t, kSourceBlock> d; // a block in one vector or in two
-  const hn::RebindToSigned<decltype(d)> di;
-  const KeyCodeLookup<decltype(d)> lookup(tables.bytes[j]);
-  const auto magnitude_bits = hn::Set(d, uint8_t{0x7F});
-  for (size_t column = 0; column < cols; column += kSourceBlock) {
-    hwy::Prefetch(codes + source_bytes + column); // the next row's, for its amax pass
-    // |code| less this, saturating: the key less 48 (at most 255: all of the block's keys
-    // are below 48).
-    const int below = 8 * (base - int(scales[column / kSourceBlock])) + kFirstCodedKey;
-    const auto offset = hn::Set(d, uint8_t(std::min(below, 255)));
-    for (size_t part = column; part < column + kSourceBlock; part += hn::Lanes(d)) {
-      const auto bytes = hn::LoadU(d, codes + part);
-      const auto magnitude = hn::BitCast(di, lookup.Codes(hn::SaturatedSub(hn::And(bytes, magnitude_bits), offset)));
-      // A mask from a comparison: this Highway's IfNegativeThenElse for int8 on SSSE3 takes
-      // the whole byte as the mask.
-      const auto negative = hn::Lt(hn::BitCast(di, bytes), hn::Zero(di));
-      hn::StoreU(hn::IfThenElse(negative, hn::Neg(magnitude), magnitude), di, out + part);
-    }
-  }
-  return row.scale;
-}
 #endif
 #endif
 
@@ -1097,9 +1069,9 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(below + block % kFusedBlocks), _mm512_cvtusepi16_epi8(eight_times));
     }
     for (size_t column = chunk; column < chunk_end; column += 64) {
-      // The next row's bytes for its amax pass, and its output line for writing (a
-      // prefetch past a buffer is harmless).
-      hwy::Prefetch(source + source_bytes + (kFp4 ? column / 2 : column));
+      // The bytes two rows on (in a tensor) for their amax pass, and the next row's output
+      // line for writing (a prefetch past a buffer is harmless).
+      hwy::Prefetch(source + 2 * source_bytes + (kFp4 ? column / 2 : column));
       _m_prefetchw(out + cols + column);
       __mmask64 negative;
       const __m512i ord = kFp4 ? Fp4Ords(source, column, ord_table, negative) : Fp8Ords(source, column, negative);
@@ -1131,6 +1103,146 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
 #endif
 #endif
 
+#if HWY_TARGET != HWY_SCALAR && (HWY_ARCH_X86 || HWY_ARCH_ARM_A64)
+// ------------------------------------------------------------ FP8 rows without terms
+// A row of FP8 blocks whose terms are not wanted, in two passes with no per-block work in
+// the second: the amax pass stores a key byte per code, max(|c|, 8) + 8 * (b - smallest)
+// (Fp8KeyAmax's key less 8 * (smallest - 1)), and the codes pass makes the table key of a
+// stored byte by one saturating subtraction of 8 * (k + 126 - smallest) from every byte:
+// |c| - 8 * (k + 126 - b) for a normal code, its key (the table rows' 16 binades, LutRow),
+// and at most 8 - 8 * (k + 126 - b) <= 8 for a subnormal one, code 0 as its value has
+// (rows with a block above k + 126 go elsewhere).
+
+// Key bytes of columns [first, end) (whole vectors of d) into `keys`, folded into the
+// largest key and |code|: a vector holds two blocks (AVX-512: their offsets spread from a
+// broadcast pair by one byte shuffle), one, or half of one.
+template <class D>
+HWY_INLINE void Fp8KeyBytes(D d, const uint8_t* codes, const uint8_t* offsets, size_t first, size_t end, uint8_t* keys,
+                            uint32_t& largest_key, uint32_t& largest_magnitude) {
+  const size_t n = hn::Lanes(d);
+  const hn::Repartition<uint16_t, D> d16;
+  HWY_ALIGN static constexpr auto kSpread = [] { // byte i of a vector: its block's offset
+    std::array<uint8_t, 64> spread{};
+    for (size_t i = 0; i < spread.size(); ++i) spread[i] = uint8_t(i / kSourceBlock);
+    return spread;
+  }();
+  const auto spread = hn::Load(d, kSpread.data());
+  const auto magnitude_bits = hn::Set(d, uint8_t{0x7F}), subnormal = hn::Set(d, uint8_t{8});
+  auto keys_max = hn::Zero(d), magnitude_max = hn::Zero(d);
+  for (size_t column = first; column < end; column += n) {
+    const uint8_t* offset_of = offsets + column / kSourceBlock;
+    hn::Vec<D> offset;
+    if (n > kSourceBlock) {
+      uint16_t pair;
+      std::memcpy(&pair, offset_of, sizeof(pair));
+      offset = hn::TableLookupBytes(hn::BitCast(d, hn::Set(d16, pair)), spread);
+    } else {
+      offset = hn::Set(d, *offset_of);
+    }
+    const auto magnitude = hn::And(hn::LoadU(d, codes + column), magnitude_bits);
+    const auto key = hn::Add(hn::Max(magnitude, subnormal), offset);
+    hn::Store(key, d, keys + column);
+    keys_max = hn::Max(keys_max, key);
+    magnitude_max = hn::Max(magnitude_max, magnitude);
+  }
+  if (first == end) return;
+  largest_key = std::max(largest_key, LargestByte(keys_max));
+  largest_magnitude = std::max(largest_magnitude, LargestByte(magnitude_max));
+}
+
+// The amax pass over whole blocks: key bytes at `keys`, the amax; false where a key would
+// not fit a byte (scale bytes more than 16 apart) or the amax is not known
+// (AmaxOfFp8Key), or where a code is NaN (then `nan_code`; `scanned`: every code seen).
+HWY_INLINE bool Fp8KeysAndAmax(const uint8_t* codes, const uint8_t* scales, size_t blocks, uint8_t smallest,
+                               uint8_t largest, uint8_t* keys, float& amax, bool& scanned, bool& nan_code) {
+  if (0x7Fu + 8u * uint32_t(largest - smallest) > 255) return false; // 0x7F: a NaN code's magnitude
+  const hn::ScalableTag<uint8_t> d;
+  const size_t n = hn::Lanes(d), cols = blocks * kSourceBlock;
+  if (n > 2 * kSourceBlock) return false;
+  HWY_ALIGN uint8_t offsets[kFusedBlocks + 1]; // 8 * (b - smallest), a block's; + 1: read in pairs
+  size_t block = 0;
+  for (; block + n <= blocks; block += n)
+    hn::Store(hn::ShiftLeft<3>(hn::Sub(hn::LoadU(d, scales + block), hn::Set(d, smallest))), d, offsets + block);
+  for (; block < blocks; ++block) offsets[block] = uint8_t(8 * (scales[block] - smallest));
+  offsets[blocks] = 0;
+  uint32_t largest_key = 0, largest_magnitude = 0;
+  const size_t whole = cols / n * n; // AVX-512: an odd block count leaves one block
+  Fp8KeyBytes(d, codes, offsets, 0, whole, keys, largest_key, largest_magnitude);
+  Fp8KeyBytes(hn::CappedTag<uint8_t, kSourceBlock>(), codes, offsets, whole, cols, keys, largest_key, largest_magnitude);
+  scanned = true;
+  nan_code = largest_magnitude == 0x7F;
+  return !nan_code && AmaxOfFp8Key(largest_key + 8u * (smallest - 1u), largest, amax);
+}
+
+#if HWY_TARGET == HWY_AVX3_DL
+// The codes pass: all 128 keys' codes in one permute (RowTables::codes), 64 codes a vector.
+HWY_INLINE bool Fp8CodesOfKeys(const uint8_t* codes, const uint8_t* keys, size_t cols, uint8_t below, float amax,
+                               const Int8Row& row, int8_t* out) {
+  const RowTables& tables = RowTablesBySignificand()[SignificandIndex(amax)];
+  if (!tables.valid || tables.m != row.m) return false;
+  const __m512i low = tables.codes.low, high = tables.codes.high, shift = _mm512_set1_epi8(char(below));
+  const auto codes_of = [&](size_t column, __mmask64 present) {
+    const __m512i key = _mm512_subs_epu8(_mm512_maskz_loadu_epi8(present, keys + column), shift);
+    const __m512i magnitude = _mm512_permutex2var_epi8(low, key, high);
+    const __mmask64 negative = _mm512_movepi8_mask(_mm512_maskz_loadu_epi8(present, codes + column));
+    _mm512_mask_storeu_epi8(out + column, present, _mm512_mask_sub_epi8(magnitude, negative, _mm512_setzero_si512(), magnitude));
+  };
+  size_t column = 0;
+  for (; column + 64 <= cols; column += 64) {
+    // The codes two rows on (in a tensor) for their amax pass, and the next row's output
+    // line, which its stores then find in cache.
+    hwy::Prefetch(codes + 2 * cols + column);
+    hwy::Prefetch(out + cols + column);
+    codes_of(column, ~__mmask64{0});
+  }
+  if (column < cols) codes_of(column, _bzhi_u64(~0ull, unsigned(cols - column))); // a last half vector
+  return true;
+}
+#else
+// The codes pass: the codes of keys 48..127 by five byte-shuffle tables (KeyCodeLookup).
+HWY_INLINE bool Fp8CodesOfKeys(const uint8_t* codes, const uint8_t* keys, size_t cols, uint8_t below, float amax,
+                               const Int8Row& row, int8_t* out) {
+  const KeyCodeTables& tables = KeyCodesBySignificand();
+  const size_t j = SignificandIndex(amax);
+  if (tables.m[j] != row.m) return false;
+  const hn::CappedTag<uint8_t, kSourceBlock> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const KeyCodeLookup<decltype(d)> lookup(tables.bytes[j]);
+  const auto shift = hn::Set(d, uint8_t(std::min(below + kFirstCodedKey, 255)));
+  for (size_t column = 0; column < cols; column += hn::Lanes(d)) {
+    if (column % 64 == 0) { // as the AVX3_DL codes pass
+      hwy::Prefetch(codes + 2 * cols + column);
+      hwy::Prefetch(out + cols + column);
+    }
+    const auto magnitude = hn::BitCast(di, lookup.Codes(hn::SaturatedSub(hn::Load(d, keys + column), shift)));
+    // A mask from a comparison: this Highway's IfNegativeThenElse for int8 on SSSE3 takes
+    // the whole byte as the mask.
+    const auto negative = hn::Lt(hn::BitCast(di, hn::LoadU(d, codes + column)), hn::Zero(di));
+    hn::StoreU(hn::IfThenElse(negative, hn::Neg(magnitude), magnitude), di, out + column);
+  }
+  return true;
+}
+#endif
+
+// A row of whole FP8 blocks, at most kTileCols wide, without its terms: its scale, else NaN
+// (another path takes the row; `scanned`, `nan_code` as FusedRow's).
+HWY_INLINE float Fp8RowCodes(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out, bool& scanned,
+                             bool& nan_code) {
+  if (cols <= 0 || cols % kSourceBlock != 0 || size_t(cols) > kTileCols) return NAN;
+  const size_t blocks = size_t(cols) / kSourceBlock;
+  uint8_t smallest, largest;
+  ScaleRange(scales, blocks, smallest, largest);
+  HWY_ALIGN uint8_t keys[kTileCols];
+  float amax = 0.0f;
+  if (!Fp8KeysAndAmax(codes, scales, blocks, smallest, largest, keys, amax, scanned, nan_code)) return NAN;
+  const Int8Row row = Int8Row::of_amax(amax);
+  const int base = row.k + kFp8KeyBase;
+  if (!VectorScale(row.scale) || row.k != int8_detail::binade(row.scale) || int(largest) > base) return NAN;
+  const uint8_t below = uint8_t(std::min(8 * (base - int(smallest)), 255));
+  return Fp8CodesOfKeys(codes, keys, size_t(cols), below, amax, row, out) ? row.scale : NAN;
+}
+#endif
+
 #if HWY_TARGET != HWY_SCALAR
 // A fused row where the checks above hold (`smallest_x`: the least b whose smallest
 // non-zero code times 2^(b - 127) is normal, 10 for E4M3's 2^-9, 2 for E2M1's 0.5): its
@@ -1159,14 +1271,6 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, [[maybe_unused]] const Decode
     if (!std::isnan(scale)) return scale;
   }
 #endif
-#if HWY_ARCH_X86 || HWY_ARCH_ARM_A64
-  if constexpr (!kFp4) {
-    if (!sums) {
-      const float scale = Fp8CodesByKeys(source, source_bytes, scales, size_t(cols), largest, amax, out);
-      if (!std::isnan(scale)) return scale;
-    }
-  }
-#endif
   const Int8Row row = Int8Row::of_amax(amax);
   const int unit_shift = Int8::error_shift - row.k;
   if (!VectorScale(row.scale) || smallest + unit_shift < smallest_x || largest + shift + unit_shift > 254)
@@ -1190,6 +1294,13 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, [[maybe_unused]] const Decode
 
 float QuantizeRowInt8FromFp8(const uint8_t* codes, const uint8_t* scales, int cols, int8_t* out, Int8RowSums* sums) {
   bool scanned = false; // whether the fused row looked at every code
+#if HWY_TARGET != HWY_SCALAR && (HWY_ARCH_X86 || HWY_ARCH_ARM_A64)
+  if (!sums) {
+    bool nan_code = false;
+    const float scale = Fp8RowCodes(codes, scales, cols, out, scanned, nan_code);
+    if (!std::isnan(scale) || nan_code) return scale;
+  }
+#endif
 #if HWY_TARGET != HWY_SCALAR
   {
     bool nan_code = false;
