@@ -676,15 +676,14 @@ HWY_INLINE hn::Vec<D> Fp4Nibbles(D d, const uint8_t* packed) {
   return hn::Combine(d, hn::InterleaveUpper(dh, low, high), hn::InterleaveLower(low, high));
 }
 
-// The codes and terms (where `totals` is not null) of a row of FP4 blocks whose scale bytes
-// lie in [smallest, largest], by the tables above; false (nothing written) where the row
-// spans too many scales. A row
+// The codes and terms of a row of FP4 blocks whose scale bytes lie in [smallest, largest],
+// by the tables above; false (nothing written) where the row spans too many scales. A row
 // of fewer blocks than scales in its span fills only the scales its blocks have (filling
 // one costs about two blocks' lookups), so even a row of one block costs no more than the
 // fused vectors' path.
 HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, const uint8_t* scales, size_t cols,
                                     uint8_t smallest, uint8_t largest, const Int8Row& row, int8_t* codes,
-                                    TermTotals* totals) {
+                                    TermTotals& totals) {
   // The fill takes 8 magnitudes at a time or fewer (wider vectors: AVX-512 has LutRow).
   if (largest - smallest >= kScaleTables || hn::Lanes(DF()) > E2M1::values.size() / 2) return false;
   NibbleTables by_scale[kScaleTables];
@@ -716,14 +715,60 @@ HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, 
       const auto nibbles = Fp4Nibbles(d, packed + part / 2);
       const auto lookup = [&](const uint8_t* table) { return hn::TableLookupBytes(hn::LoadDup128(d, table), nibbles); };
       hn::StoreU(lookup(scale.code), d, bytes + part);
-      if (!totals) continue;
       source_sum = hn::Add(source_sum, term_sum(lookup(scale.term[0]), lookup(scale.term[1])));
       error_sum = hn::Add(error_sum, term_sum(lookup(scale.term[2]), lookup(scale.term[3])));
     }
   }
-  if (totals) {
-    totals->source_sq += hn::GetLane(hn::SumOfLanes(d64, source_sum));
-    totals->error_sq += hn::GetLane(hn::SumOfLanes(d64, error_sum));
+  totals.source_sq += hn::GetLane(hn::SumOfLanes(d64, source_sum));
+  totals.error_sq += hn::GetLane(hn::SumOfLanes(d64, error_sum));
+  return true;
+}
+
+// A row of FP4 blocks without its terms: codes only, from the nibble code tables of its
+// amax significand j and each block's d = b - 127 - k, which decide x' / m. Those are built
+// once (FillNibbleTables for a row of significand j). Where d < -4 every code is 0
+// (|x' / m| <= 6 * 2^d), and a block with d > 8 has only zero nibbles (0.5 * 2^d would pass
+// 127.5 scale): d is clamped to [-5, 8].
+constexpr int kFp4LowestD = -5, kFp4HighestD = 8, kFp4Ds = kFp4HighestD - kFp4LowestD + 1;
+
+struct Fp4CodeTables {
+  float m[kAmaxSignificands];
+  HWY_ALIGN uint8_t code[kAmaxSignificands][kFp4Ds][16];
+};
+
+const Fp4CodeTables& Fp4CodesBySignificand() {
+  static const Fp4CodeTables tables = [] {
+    Fp4CodeTables out;
+    for (size_t j = 0; j < kAmaxSignificands; ++j) {
+      const Int8Row row = RowOfSignificand(j);
+      out.m[j] = row.m;
+      for (int d = kFp4LowestD; d <= kFp4HighestD; ++d) {
+        NibbleTables nibbles;
+        FillNibbleTables(d + 127 + row.k, row, nibbles);
+        std::memcpy(out.code[j][d - kFp4LowestD], nibbles.code, 16);
+      }
+    }
+    return out;
+  }();
+  return tables;
+}
+
+// False (nothing written) where the row's m is not its significand's (a scale that is not
+// normal).
+HWY_INLINE bool Fp4RowCodes(const uint8_t* packed, size_t source_bytes, const uint8_t* scales, size_t cols, float amax,
+                            const Int8Row& row, int8_t* codes) {
+  if (hn::Lanes(DF()) > E2M1::values.size() / 2) return false; // FillNibbleTables' width
+  const Fp4CodeTables& tables = Fp4CodesBySignificand();
+  const size_t j = SignificandIndex(amax);
+  if (tables.m[j] != row.m) return false;
+  const hn::CappedTag<uint8_t, kSourceBlock> d; // a block in one vector or in two
+  uint8_t* bytes = reinterpret_cast<uint8_t*>(codes);
+  for (size_t column = 0; column < cols; column += kSourceBlock) {
+    hwy::Prefetch(packed + 2 * source_bytes + column / 2); // two rows on (in a tensor), for their amax pass
+    const int block_d = std::clamp(int(scales[column / kSourceBlock]) - 127 - row.k, kFp4LowestD, kFp4HighestD);
+    const auto table = hn::LoadDup128(d, tables.code[j][block_d - kFp4LowestD]);
+    for (size_t part = column; part < column + kSourceBlock; part += hn::Lanes(d))
+      hn::StoreU(hn::TableLookupBytes(table, Fp4Nibbles(d, packed + part / 2)), d, bytes + part);
   }
   return true;
 }
@@ -1278,7 +1323,10 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, [[maybe_unused]] const Decode
   TermTotals totals;
   bool quantized = false;
 #if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
-  if constexpr (kFp4) quantized = Fp4RowByScaleTables(source, source_bytes, scales, size_t(cols), smallest, largest, row, out, sums ? &totals : nullptr);
+  if constexpr (kFp4) {
+    quantized = sums ? Fp4RowByScaleTables(source, source_bytes, scales, size_t(cols), smallest, largest, row, out, totals)
+                     : Fp4RowCodes(source, source_bytes, scales, size_t(cols), amax, row, out);
+  }
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
   if (!quantized) {
