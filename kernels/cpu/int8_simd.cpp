@@ -1151,12 +1151,13 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
 #if HWY_TARGET != HWY_SCALAR && (HWY_ARCH_X86 || HWY_ARCH_ARM_A64)
 // ------------------------------------------------------------ FP8 rows without terms
 // A row of FP8 blocks whose terms are not wanted, in two passes with no per-block work in
-// the second: the amax pass stores a key byte per code, max(|c|, 8) + 8 * (b - smallest)
-// (Fp8KeyAmax's key less 8 * (smallest - 1)), and the codes pass makes the table key of a
-// stored byte by one saturating subtraction of 8 * (k + 126 - smallest) from every byte:
-// |c| - 8 * (k + 126 - b) for a normal code, its key (the table rows' 16 binades, LutRow),
-// and at most 8 - 8 * (k + 126 - b) <= 8 for a subnormal one, code 0 as its value has
-// (rows with a block above k + 126 go elsewhere).
+// the second: the amax pass stores a key byte per code, |c| + 8 * (b - smallest), and the
+// codes pass makes the table key of a stored byte by one saturating subtraction of
+// 8 * (k + 126 - smallest) from every byte: |c| - 8 * (k + 126 - b) for a normal code, its
+// key (the table rows' 16 binades, LutRow), and below 8 for a subnormal one (|c| < 8), code
+// 0 as its value has (rows with a block above k + 126 go elsewhere). For the amax, a normal
+// code's byte is Fp8KeyAmax's key less 8 * (smallest - 1); a subnormal code's is at most
+// 7 + 8 * (largest - smallest), below every byte AmaxOfFp8Key takes for an amax.
 
 // Key bytes of columns [first, end) (whole vectors of d) into `keys`, folded into the
 // largest key and |code|: a vector holds two blocks (AVX-512: their offsets spread from a
@@ -1172,7 +1173,7 @@ HWY_INLINE void Fp8KeyBytes(D d, const uint8_t* codes, const uint8_t* offsets, s
     return spread;
   }();
   const auto spread = hn::Load(d, kSpread.data());
-  const auto magnitude_bits = hn::Set(d, uint8_t{0x7F}), subnormal = hn::Set(d, uint8_t{8});
+  const auto magnitude_bits = hn::Set(d, uint8_t{0x7F});
   auto keys_max = hn::Zero(d), magnitude_max = hn::Zero(d);
   for (size_t column = first; column < end; column += n) {
     const uint8_t* offset_of = offsets + column / kSourceBlock;
@@ -1185,7 +1186,7 @@ HWY_INLINE void Fp8KeyBytes(D d, const uint8_t* codes, const uint8_t* offsets, s
       offset = hn::Set(d, *offset_of);
     }
     const auto magnitude = hn::And(hn::LoadU(d, codes + column), magnitude_bits);
-    const auto key = hn::Add(hn::Max(magnitude, subnormal), offset);
+    const auto key = hn::Add(magnitude, offset);
     hn::Store(key, d, keys + column);
     keys_max = hn::Max(keys_max, key);
     magnitude_max = hn::Max(magnitude_max, magnitude);
