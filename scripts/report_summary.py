@@ -30,7 +30,7 @@ def w8a8_int8(report):
     for part in ("int8", "bf16"):
         for kind in report[part]:
             print(f"  {part.upper():4s} {kind['kind']}: {kind['tensors']} tensors, {kind['rows']:,} rows, "
-                  f"rel RMS error {kind['rel_rms_error']:.5f}")
+                  f"rel RMS error {kind['rel_rms_error']:.5f} (on {kind['rel_rms_rows']:,} rows)")
 
 
 def main():
