@@ -11,7 +11,10 @@
 // - on AVX3_DL a row of FP8 / FP4 blocks looks each value's code and terms up by its key
 //   (binade and mantissa within the row's 16 binades; LutRow);
 // - on other targets a row of FP4 blocks looks them up by nibble, in tables per block
-//   scale (Fp4RowByScaleTables).
+//   scale (Fp4RowByScaleTables);
+// - a row without its terms (sums null) takes its codes from tables built once per amax
+//   significand by the ref's element: FP8 by key, after an amax pass that stores each
+//   code's key byte (Fp8RowCodes); FP4 by nibble and block exponent (Fp4RowCodes).
 // Rows whose scale is not a normal fp32 number take the ref's element arithmetic instead.
 // Built with -ffp-contract=off; tests/unit/test_int8_simd.cpp holds every compiled target
 // to the ref.
@@ -140,15 +143,12 @@ class TermLanes {
 //   scale / 2) rounds to code 0 either way.
 // Needs a vector of 8 lanes or more (the 8 entries of T repeat across a wider one).
 constexpr float kSmallestTableScale = 0x1p-120f;
-// 1 + j / 8 for j = i % 8: the 8 significands of 3 fraction bits, three times over (a
-// vector of up to 16 lanes loads from any of the first 8).
-HWY_ALIGN constexpr float kSignificands[24] = {1.0f, 1.125f, 1.25f, 1.375f, 1.5f, 1.625f, 1.75f, 1.875f,
-                                               1.0f, 1.125f, 1.25f, 1.375f, 1.5f, 1.625f, 1.75f, 1.875f,
-                                               1.0f, 1.125f, 1.25f, 1.375f, 1.5f, 1.625f, 1.75f, 1.875f};
 struct QuotientTable {
   VF table;
   explicit QuotientTable(float scale) {
     const DF df;
+    HWY_ALIGN static constexpr float kSignificands[16] = {1.0f,   1.125f, 1.25f, 1.375f, 1.5f,   1.625f, 1.75f, 1.875f,
+                                                          1.0f,   1.125f, 1.25f, 1.375f, 1.5f,   1.625f, 1.75f, 1.875f};
     static_assert(hn::MaxLanes(DF()) <= 16);
     table = hn::Div(hn::Load(df, kSignificands), hn::Set(df, scale)); // one rounded quotient a lane, as a scalar one
   }
@@ -725,8 +725,9 @@ HWY_INLINE bool Fp4RowByScaleTables(const uint8_t* packed, size_t source_bytes, 
 }
 
 // A row of FP4 blocks without its terms: codes only, from the nibble code tables of its
-// amax significand j and each block's d = b - 127 - k, which decide x' / m. Those are built
-// once (FillNibbleTables for a row of significand j). Where d < -4 every code is 0
+// amax significand j and each block's d = b - 127 - k, which decide x / scale. Those are
+// built once, by the reference's element (kernels/int8.h) on e2m1(nibble) * 2^(d + k) in a
+// row of significand j. Where d < -4 every code is 0
 // (|x' / m| <= 6 * 2^d), and a block with d > 8 has only zero nibbles (0.5 * 2^d would pass
 // 127.5 scale): d is clamped to [-5, 8].
 constexpr int kFp4LowestD = -5, kFp4HighestD = 8, kFp4Ds = kFp4HighestD - kFp4LowestD + 1;
@@ -743,9 +744,10 @@ const Fp4CodeTables& Fp4CodesBySignificand() {
       const Int8Row row = RowOfSignificand(j);
       out.m[j] = row.m;
       for (int d = kFp4LowestD; d <= kFp4HighestD; ++d) {
-        NibbleTables nibbles;
-        FillNibbleTables(d + 127 + row.k, row, nibbles);
-        std::memcpy(out.code[j][d - kFp4LowestD], nibbles.code, 16);
+        for (uint8_t nibble = 0; nibble < 16; ++nibble) {
+          const float x = std::ldexp(e2m1_to_float(nibble), d + row.k);
+          out.code[j][d - kFp4LowestD][nibble] = uint8_t(quantize_int8_element(x, row).code);
+        }
       }
     }
     return out;
@@ -757,7 +759,6 @@ const Fp4CodeTables& Fp4CodesBySignificand() {
 // normal).
 HWY_INLINE bool Fp4RowCodes(const uint8_t* packed, size_t source_bytes, const uint8_t* scales, size_t cols, float amax,
                             const Int8Row& row, int8_t* codes) {
-  if (hn::Lanes(DF()) > E2M1::values.size() / 2) return false; // FillNibbleTables' width
   const Fp4CodeTables& tables = Fp4CodesBySignificand();
   const size_t j = SignificandIndex(amax);
   if (tables.m[j] != row.m) return false;
@@ -789,27 +790,11 @@ constexpr int kFirstCodedKey = 48;
 constexpr int kCodedKeys = 80;
 constexpr int kFp8KeyBase = 126; // the key of |code| in a block of scale byte k + 126
 
-// 2^(key / 8 - 2): x' of a key with its fraction bits cleared.
-HWY_ALIGN constexpr auto kKeyBinades = [] {
-  std::array<float, 128> binades{};
-  for (size_t key = 0; key < binades.size(); ++key) binades[key] = std::bit_cast<float>(uint32_t(int(key / 8) - 2 + 127) << 23);
-  return binades;
-}();
-
-// The codes of keys 48..127 in `codes`: the quotient x' / m as a QuotientTable takes it
-// (fl(significand / m) times the key's binade: exact, and the same fp32 number as the ref's
-// x / scale, the same real number), rounded half to even as RoundedQuotient rounds.
-HWY_INLINE void FillKeyCodes(float m, uint8_t* codes) {
-  const DF df;
-  const size_t n = hn::Lanes(df);
-  HWY_ALIGN float quotients[24];
-  for (size_t j = 0; j < 8; j += n) hn::Store(hn::Div(hn::Load(df, kSignificands + j), hn::Set(df, m)), df, quotients + j);
-  for (size_t j = 8; j < 24; ++j) quotients[j] = quotients[j - 8];
-  const VF bias = hn::Set(df, kRoundingBias);
-  for (size_t key = kFirstCodedKey; key < kFirstCodedKey + kCodedKeys; key += n) {
-    const VF quotient = hn::Mul(hn::LoadU(df, quotients + key % 8), hn::Load(df, kKeyBinades.data() + key));
-    hn::StoreU(LowBytes(hn::BitCast(DU(), CodesOf(hn::Add(quotient, bias)))), D8(), codes + key - kFirstCodedKey);
-  }
+// The code of each key from the reference's element (kernels/int8.h) in a row of
+// significand j: x = x' * 2^(k - 6), x' = (1 + (key % 8) / 8) * 2^(key / 8 - 2).
+HWY_INLINE uint8_t CodeOfKey(int key, const Int8Row& row) {
+  const float x = std::ldexp(1.0f + float(key % 8) / 8.0f, key / 8 - 2 + row.k - Int8::error_shift);
+  return uint8_t(quantize_int8_element(x, row).code);
 }
 
 // The codes of Lanes(d) keys (less 48) from the five tables. x86's vpshufb reads an index's
@@ -826,9 +811,10 @@ const KeyCodeTables& KeyCodesBySignificand() {
   static const KeyCodeTables tables = [] {
     KeyCodeTables out;
     for (size_t j = 0; j < kAmaxSignificands; ++j) {
-      out.m[j] = RowOfSignificand(j).m;
+      const Int8Row row = RowOfSignificand(j);
+      out.m[j] = row.m;
       uint8_t* table = out.bytes[j];
-      FillKeyCodes(out.m[j], table);
+      for (int key = 0; key < kCodedKeys; ++key) table[key] = CodeOfKey(kFirstCodedKey + key, row);
 #if HWY_ARCH_X86
       for (int at = kCodedKeys - 1; at >= 16; --at) table[at] ^= table[at - 16];
 #endif
@@ -1292,9 +1278,9 @@ HWY_INLINE float Fp8RowCodes(const uint8_t* codes, const uint8_t* scales, int co
 #if HWY_TARGET != HWY_SCALAR
 // A fused row where the checks above hold (`smallest_x`: the least b whose smallest
 // non-zero code times 2^(b - 127) is normal, 10 for E4M3's 2^-9, 2 for E2M1's 0.5): its
-// scale, else NaN (the row takes the tile path). FP4 rows go by scale tables but on
-// AVX-512 (LutRow there, or fused vectors); other rows by fused vectors, on x86 AVX2 and
-// up.
+// scale, else NaN (the row takes the tile path). Rows without terms: LutRow on AVX3_DL,
+// else FP4 by Fp4RowCodes. With terms: FP4 rows go by scale tables but on AVX-512
+// (LutRow there, or fused vectors); other rows by fused vectors, on x86 AVX2 and up.
 // `source`, `source_bytes`: the row's codes (for the prefetch of the next row).
 // `scanned`: whether key_amax looked at every code (then `nan_code` says if one is NaN).
 template <bool kFp4, class KeyAmax, class DecodeBlock>
@@ -1323,12 +1309,15 @@ HWY_INLINE float FusedRow(const KeyAmax& key_amax, [[maybe_unused]] const Decode
     return NAN;
   TermTotals totals;
   bool quantized = false;
-#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
   if constexpr (kFp4) {
-    quantized = sums ? Fp4RowByScaleTables(source, source_bytes, scales, size_t(cols), smallest, largest, row, out, totals)
-                     : Fp4RowCodes(source, source_bytes, scales, size_t(cols), amax, row, out);
-  }
+    if (!sums) {
+      quantized = Fp4RowCodes(source, source_bytes, scales, size_t(cols), amax, row, out);
+    } else {
+#if !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) // AVX-512: LutRow, or fused vectors
+      quantized = Fp4RowByScaleTables(source, source_bytes, scales, size_t(cols), smallest, largest, row, out, totals);
 #endif
+    }
+  }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && HWY_NATIVE_FMA
   if (!quantized) {
     QuantizeFusedRow(decode_block, source, source_bytes, scales, size_t(cols), shift, row, out, totals);
