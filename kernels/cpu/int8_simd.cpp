@@ -215,6 +215,18 @@ constexpr int kAmaxSignificands = 8;
 HWY_INLINE size_t SignificandIndex(float amax) { return (std::bit_cast<uint32_t>(amax) >> 20) & 7; }
 HWY_INLINE Int8Row RowOfSignificand(size_t j) { return Int8Row::of_amax(1.0f + float(j) / 8.0f); }
 
+// Tables of every significand: `fill(j, row, out)` for each j, out.m[j] = the row's m.
+template <class Tables, class Fill>
+Tables BySignificand(const Fill& fill) {
+  Tables out;
+  for (size_t j = 0; j < kAmaxSignificands; ++j) {
+    const Int8Row row = RowOfSignificand(j);
+    out.m[j] = row.m;
+    fill(j, row, out);
+  }
+  return out;
+}
+
 // max |x[i]| over the whole vectors of [0, count); returns how many columns it covered.
 HWY_INLINE size_t MaxAbsVectors(const float* x, size_t count, float& amax) {
   const DF df;
@@ -738,20 +750,14 @@ struct Fp4CodeTables {
 };
 
 const Fp4CodeTables& Fp4CodesBySignificand() {
-  static const Fp4CodeTables tables = [] {
-    Fp4CodeTables out;
-    for (size_t j = 0; j < kAmaxSignificands; ++j) {
-      const Int8Row row = RowOfSignificand(j);
-      out.m[j] = row.m;
-      for (int d = kFp4LowestD; d <= kFp4HighestD; ++d) {
-        for (uint8_t nibble = 0; nibble < 16; ++nibble) {
-          const float x = std::ldexp(e2m1_to_float(nibble), d + row.k);
-          out.code[j][d - kFp4LowestD][nibble] = uint8_t(quantize_int8_element(x, row).code);
-        }
+  static const auto tables = BySignificand<Fp4CodeTables>([](size_t j, const Int8Row& row, Fp4CodeTables& out) {
+    for (int d = kFp4LowestD; d <= kFp4HighestD; ++d) {
+      for (uint8_t nibble = 0; nibble < 16; ++nibble) {
+        const float x = std::ldexp(e2m1_to_float(nibble), d + row.k);
+        out.code[j][d - kFp4LowestD][nibble] = uint8_t(quantize_int8_element(x, row).code);
       }
     }
-    return out;
-  }();
+  });
   return tables;
 }
 
@@ -808,19 +814,13 @@ struct KeyCodeTables {
 };
 
 const KeyCodeTables& KeyCodesBySignificand() {
-  static const KeyCodeTables tables = [] {
-    KeyCodeTables out;
-    for (size_t j = 0; j < kAmaxSignificands; ++j) {
-      const Int8Row row = RowOfSignificand(j);
-      out.m[j] = row.m;
-      uint8_t* table = out.bytes[j];
-      for (int key = 0; key < kCodedKeys; ++key) table[key] = CodeOfKey(kFirstCodedKey + key, row);
+  static const auto tables = BySignificand<KeyCodeTables>([](size_t j, const Int8Row& row, KeyCodeTables& out) {
+    uint8_t* table = out.bytes[j];
+    for (int key = 0; key < kCodedKeys; ++key) table[key] = CodeOfKey(kFirstCodedKey + key, row);
 #if HWY_ARCH_X86
-      for (int at = kCodedKeys - 1; at >= 16; --at) table[at] ^= table[at - 16];
+    for (int at = kCodedKeys - 1; at >= 16; --at) table[at] ^= table[at - 16];
 #endif
-    }
-    return out;
-  }();
+  });
   return tables;
 }
 
