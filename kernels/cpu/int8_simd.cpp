@@ -472,52 +472,83 @@ HWY_INLINE uint32_t SmallestByte(V v) {
 // scale bytes' offsets) costs more than it saves on a few blocks.
 constexpr size_t kByteKeyMinBlocks = 8;
 
+// Byte i of a vector of blocks of kBlockBytes: its block's place in the vector (up to
+// 64-byte vectors), for spreading each block's byte over its bytes.
+template <size_t kBlockBytes>
+alignas(64) inline constexpr std::array<uint8_t, 64> kBlockOfByte = [] {
+  std::array<uint8_t, 64> block{};
+  for (size_t i = 0; i < block.size(); ++i) block[i] = uint8_t(i / kBlockBytes);
+  return block;
+}();
+
+// (scale byte - smallest) << kShift of `count` blocks into `offsets`, then four zero bytes
+// (SpreadKeys reads a vector's offsets four at a time).
+template <int kShift>
+HWY_INLINE void BlockOffsets(const uint8_t* scales, size_t count, uint8_t smallest, uint8_t* offsets) {
+  const hn::ScalableTag<uint8_t> d8;
+  const size_t n = hn::Lanes(d8);
+  size_t b = 0;
+  for (; b + n <= count; b += n) {
+    hn::StoreU(hn::ShiftLeft<kShift>(hn::Sub(hn::LoadU(d8, scales + b), hn::Set(d8, smallest))), d8, offsets + b);
+  }
+  for (; b < count; ++b) offsets[b] = uint8_t((scales[b] - smallest) << kShift);
+  std::memset(offsets + count, 0, 4);
+}
+
+// The key bytes of `count` bytes (whole vectors of d) of blocks of kBlockBytes:
+// magnitude(byte) + its block's offset (offsets[0]: the first block's). A vector holds up to
+// four whole blocks, their offsets spread from a broadcast by one byte shuffle (vpshufb
+// reads each 128-bit lane's own copy), or a part of one block (its offset broadcast).
+// Stored at `keys` where not null; folded into the largest key and magnitude vectors.
+template <size_t kBlockBytes, class D, class Magnitude>
+HWY_INLINE void SpreadKeys(D d, const uint8_t* bytes, const uint8_t* offsets, size_t count, const Magnitude& magnitude,
+                           uint8_t* keys, hn::Vec<D>& largest_key, hn::Vec<D>& largest_magnitude) {
+  const size_t n = hn::Lanes(d);
+  const hn::Repartition<uint32_t, D> d32;
+  const auto spread = hn::Load(d, kBlockOfByte<kBlockBytes>.data());
+  for (size_t i = 0; i < count; i += n) {
+    const uint8_t* offset_of = offsets + i / kBlockBytes;
+    hn::Vec<D> offset;
+    if (n > kBlockBytes) {
+      uint32_t four;
+      std::memcpy(&four, offset_of, sizeof(four));
+      offset = hn::TableLookupBytes(hn::BitCast(d, hn::Set(d32, four)), spread);
+    } else {
+      offset = hn::Set(d, *offset_of);
+    }
+    const auto value_magnitude = magnitude(hn::LoadU(d, bytes + i));
+    const auto key = hn::Add(value_magnitude, offset);
+    if (keys) hn::StoreU(key, d, keys + i);
+    largest_key = hn::Max(largest_key, key);
+    largest_magnitude = hn::Max(largest_magnitude, value_magnitude);
+  }
+}
+
 // The largest key of a row's blocks in bytes, as key - k0 * smallest b (k0 = 8 for FP8, 2
 // for FP4), where that fits a byte: a vector holds whole blocks of kBlockBytes (FP8's 32
 // codes, FP4's 16 bytes: one or two on AVX2, two or four on AVX-512); `magnitude` turns its
 // bytes into each one's key without the scale (at most 119 for FP8, 5 for FP4), and each
-// block's k0 * (b - smallest) is spread over its bytes from a broadcast of the vector's
-// scale bytes (one byte shuffle). Folds the largest key into `key`; `done`: the blocks
-// covered (whole vectors; the caller takes the rest); `largest_magnitude`, where not null:
-// the largest of the bytes `magnitude` made. Returns false where a key would not fit in a
-// byte.
+// block's k0 * (b - smallest) is added (SpreadKeys). Folds the largest key into `key`;
+// `done`: the blocks covered (whole vectors; the caller takes the rest);
+// `largest_magnitude`, where not null: the largest of the bytes `magnitude` made. Returns
+// false where a key would not fit in a byte.
 template <int kShift, size_t kBlockBytes, class Magnitude>
 HWY_INLINE bool MaxByteKey(const uint8_t* bytes, const uint8_t* scales, size_t blocks, uint32_t top, uint8_t smallest,
                            uint8_t largest, const Magnitude& magnitude, uint32_t& key, size_t& done,
                            uint32_t* largest_magnitude) {
   constexpr uint32_t k0 = 1u << kShift;
   const hn::ScalableTag<uint8_t> d8;
-  const hn::Repartition<uint32_t, decltype(d8)> d32;
   const size_t lanes = hn::Lanes(d8), per = lanes / kBlockBytes;
-  if (per == 0 || per > 4 || top + k0 * uint32_t(largest - smallest) > 255) return false;
-  // Byte i of a vector is in its block i / kBlockBytes (vpshufb reads each 128-bit lane's own
-  // copy of the broadcast).
-  HWY_ALIGN static constexpr auto kSpread = [] {
-    std::array<uint8_t, 64> spread{};
-    for (size_t i = 0; i < spread.size(); ++i) spread[i] = uint8_t(i / kBlockBytes);
-    return spread;
-  }();
-  const auto spread = hn::Load(d8, kSpread.data());
-  HWY_ALIGN uint8_t offsets[kFusedBlocks + 4]; // + 4: a vector's scale bytes are read 4 at a time
+  if (per == 0 || per > 4 || lanes > kBlockOfByte<kBlockBytes>.size() || top + k0 * uint32_t(largest - smallest) > 255)
+    return false;
+  HWY_ALIGN uint8_t offsets[kFusedBlocks + 4];
   auto keys = hn::Zero(d8), magnitudes = hn::Zero(d8);
   done = blocks / per * per;
   for (size_t chunk = 0; chunk < done; chunk += kFusedBlocks) {
     const size_t count = std::min(kFusedBlocks, done - chunk);
-    size_t b = 0;
-    for (; b + lanes <= count; b += lanes) {
-      const auto relative = hn::Sub(hn::LoadU(d8, scales + chunk + b), hn::Set(d8, smallest));
-      hn::Store(hn::ShiftLeft<kShift>(relative), d8, offsets + b);
-    }
-    for (; b < count; ++b) offsets[b] = uint8_t((scales[chunk + b] - smallest) << kShift);
-    std::memset(offsets + count, 0, 4); // read with the last vector's, never spread
-    for (b = 0; b < count; b += per) {
-      uint32_t four;
-      std::memcpy(&four, offsets + b, sizeof(four));
-      const auto offset = hn::TableLookupBytes(hn::BitCast(d8, hn::Set(d32, four)), spread);
-      const auto value_magnitude = magnitude(hn::LoadU(d8, bytes + (chunk + b) * kBlockBytes));
-      keys = hn::Max(keys, hn::Add(value_magnitude, offset));
-      if (largest_magnitude) magnitudes = hn::Max(magnitudes, value_magnitude);
-    }
+    BlockOffsets<kShift>(scales + chunk, count, smallest, offsets);
+    SpreadKeys<kBlockBytes>(d8, bytes + chunk * kBlockBytes, offsets, count * kBlockBytes, magnitude, nullptr, keys,
+                            magnitudes);
   }
   key = std::max(key, LargestByte(keys) + k0 * smallest);
   if (largest_magnitude) *largest_magnitude = LargestByte(magnitudes);
@@ -1082,10 +1113,7 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
   const __m512i source1_high = _mm512_load_si512(keys.source_term[1] + 64);
   const ZmmPair source0(keys.source_term[0]), error0 = tables.error0, error1 = tables.error1, codes = tables.codes;
   const __m512i first_one_less_1 = _mm512_set1_epi8(char(tables.first_one - 1)), one = _mm512_set1_epi8(1);
-  HWY_ALIGN static constexpr uint8_t kSpread[64] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-  const __m512i spread = _mm512_load_si512(kSpread), zero = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
+  const __m512i spread = _mm512_load_si512(kBlockOfByte<kSourceBlock>.data()), zero = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
   TermTotals totals;
   HWY_ALIGN uint8_t below[kFusedBlocks + 64] = {}; // 8 * (k + base - b), at most 255
   for (size_t chunk = 0; chunk < cols; chunk += kTileCols) {
@@ -1145,65 +1173,34 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
 // code's byte is Fp8KeyAmax's key less 8 * (smallest - 1); a subnormal code's is at most
 // 7 + 8 * (largest - smallest), below every byte AmaxOfFp8Key takes for an amax.
 
-// Key bytes of columns [first, end) (whole vectors of d) into `keys`, folded into the
-// largest key and |code|: a vector holds two blocks (AVX-512: their offsets spread from a
-// broadcast pair by one byte shuffle), one, or half of one.
-template <class D>
-HWY_INLINE void Fp8KeyBytes(D d, const uint8_t* codes, const uint8_t* offsets, size_t first, size_t end, uint8_t* keys,
-                            uint32_t& largest_key, uint32_t& largest_magnitude) {
-  const size_t n = hn::Lanes(d);
-  const hn::Repartition<uint16_t, D> d16;
-  HWY_ALIGN static constexpr auto kSpread = [] { // byte i of a vector: its block's offset
-    std::array<uint8_t, 64> spread{};
-    for (size_t i = 0; i < spread.size(); ++i) spread[i] = uint8_t(i / kSourceBlock);
-    return spread;
-  }();
-  const auto spread = hn::Load(d, kSpread.data());
-  const auto magnitude_bits = hn::Set(d, uint8_t{0x7F});
-  auto keys_max = hn::Zero(d), magnitude_max = hn::Zero(d);
-  for (size_t column = first; column < end; column += n) {
-    const uint8_t* offset_of = offsets + column / kSourceBlock;
-    hn::Vec<D> offset;
-    if (n > kSourceBlock) {
-      uint16_t pair;
-      std::memcpy(&pair, offset_of, sizeof(pair));
-      offset = hn::TableLookupBytes(hn::BitCast(d, hn::Set(d16, pair)), spread);
-    } else {
-      offset = hn::Set(d, *offset_of);
-    }
-    const auto magnitude = hn::And(hn::LoadU(d, codes + column), magnitude_bits);
-    const auto key = hn::Add(magnitude, offset);
-    hn::Store(key, d, keys + column);
-    keys_max = hn::Max(keys_max, key);
-    magnitude_max = hn::Max(magnitude_max, magnitude);
-  }
-  if (first == end) return;
-  largest_key = std::max(largest_key, LargestByte(keys_max));
-  largest_magnitude = std::max(largest_magnitude, LargestByte(magnitude_max));
-}
-
-// The amax pass over whole blocks: key bytes at `keys`, the amax; false where a key would
-// not fit a byte (scale bytes more than 16 apart) or the amax is not known
-// (AmaxOfFp8Key), or where a code is NaN (then `nan_code`; `scanned`: every code seen).
+// The amax pass over whole blocks: key bytes at `keys` (SpreadKeys: a vector holds two
+// blocks on AVX-512, one, or half of one), the amax; false where a key would not fit a byte
+// (scale bytes more than 16 apart) or the amax is not known (AmaxOfFp8Key), or where a
+// code is NaN (then `nan_code`; `scanned`: every code seen).
 HWY_INLINE bool Fp8KeysAndAmax(const uint8_t* codes, const uint8_t* scales, size_t blocks, uint8_t smallest,
                                uint8_t largest, uint8_t* keys, float& amax, bool& scanned, bool& nan_code) {
   if (0x7Fu + 8u * uint32_t(largest - smallest) > 255) return false; // 0x7F: a NaN code's magnitude
   const hn::ScalableTag<uint8_t> d;
   const size_t n = hn::Lanes(d), cols = blocks * kSourceBlock;
-  if (n > 2 * kSourceBlock) return false;
-  HWY_ALIGN uint8_t offsets[kFusedBlocks + 1]; // 8 * (b - smallest), a block's; + 1: read in pairs
-  size_t block = 0;
-  for (; block + n <= blocks; block += n)
-    hn::Store(hn::ShiftLeft<3>(hn::Sub(hn::LoadU(d, scales + block), hn::Set(d, smallest))), d, offsets + block);
-  for (; block < blocks; ++block) offsets[block] = uint8_t(8 * (scales[block] - smallest));
-  offsets[blocks] = 0;
-  uint32_t largest_key = 0, largest_magnitude = 0;
+  if (n > kBlockOfByte<kSourceBlock>.size()) return false;
+  HWY_ALIGN uint8_t offsets[kFusedBlocks + 4]; // 8 * (b - smallest), a block's
+  BlockOffsets<3>(scales, blocks, smallest, offsets);
+  const auto magnitude = [](auto v) { return hn::And(v, hn::Set(hn::DFromV<decltype(v)>(), uint8_t{0x7F})); };
+  auto largest_key = hn::Zero(d), largest_magnitude = hn::Zero(d);
   const size_t whole = cols / n * n; // AVX-512: an odd block count leaves one block
-  Fp8KeyBytes(d, codes, offsets, 0, whole, keys, largest_key, largest_magnitude);
-  Fp8KeyBytes(hn::CappedTag<uint8_t, kSourceBlock>(), codes, offsets, whole, cols, keys, largest_key, largest_magnitude);
+  SpreadKeys<kSourceBlock>(d, codes, offsets, whole, magnitude, keys, largest_key, largest_magnitude);
+  uint32_t key = LargestByte(largest_key), magnitude_max = LargestByte(largest_magnitude);
+  if (whole < cols) {
+    const hn::CappedTag<uint8_t, kSourceBlock> dh;
+    auto last_key = hn::Zero(dh), last_magnitude = hn::Zero(dh);
+    SpreadKeys<kSourceBlock>(dh, codes + whole, offsets + whole / kSourceBlock, cols - whole, magnitude, keys + whole,
+                             last_key, last_magnitude);
+    key = std::max(key, LargestByte(last_key));
+    magnitude_max = std::max(magnitude_max, LargestByte(last_magnitude));
+  }
   scanned = true;
-  nan_code = largest_magnitude == 0x7F;
-  return !nan_code && AmaxOfFp8Key(largest_key + 8u * (smallest - 1u), largest, amax);
+  nan_code = magnitude_max == 0x7F;
+  return !nan_code && AmaxOfFp8Key(key + 8u * (smallest - 1u), largest, amax);
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
