@@ -267,47 +267,56 @@ PY
 }
 
 # cp_vs_run SRC DST_DIR LABEL TARGET CMD...: the shards of SRC (from a warm page cache)
-# copied with `cp` + fsync into DST_DIR/cp, then CMD (which writes DST_DIR/out), in turn,
-# BENCH_ROUNDS times (default 3): the disk of a shared VM swings 2-4x between minutes, so
-# each round's ratio is taken between neighbours and the median ratio is the figure.
-# Prints every round, the medians, and the output size next to the input size.
+# copied with `cp` + fsync into DST_DIR/cp, then CMD (which writes DST_DIR/out), then the
+# shards CMD wrote under the same names copied the same way (the disk's cost of the bytes
+# the job writes, where its output is larger than its input), in turn, BENCH_ROUNDS times
+# (default 3): the disk of a shared VM swings 2-4x between minutes, so each round's ratios
+# are taken between neighbours and the median ratio is the figure. Prints every round, the
+# medians, and the output size next to the input size.
 cp_vs_run() {
   local src=$1 dir=$2 label=$3 target=$4
   shift 4
-  local shards=() bytes=0 out_bytes=0 start cp_s run_s times=()
+  local shards=() bytes=0 out_bytes=0 start cp_s run_s cp_out_s times=()
   mapfile -t shards < <(cd "$src" && ls ./*.safetensors | sed 's#^./##')
   for shard in "${shards[@]}"; do bytes=$((bytes + $(stat -c %s "$src/$shard"))); done
-  for ((round = 0; round < ${BENCH_ROUNDS:-3}; round++)); do
-    cat "${shards[@]/#/$src/}" >/dev/null
-    rm -rf "$dir/cp" "$dir/out" && mkdir -p "$dir/cp"
+  copy_shards() { # FROM: each shard copied into $dir/cp, then fsynced
+    rm -rf "$dir/cp" && mkdir -p "$dir/cp"
+    cat "${shards[@]/#/$1/}" >/dev/null
     start=$(now)
-    for shard in "${shards[@]}"; do cp "$src/$shard" "$dir/cp/$shard" && sync "$dir/cp/$shard"; done
-    cp_s=$(seconds_since "$start")
+    for shard in "${shards[@]}"; do cp "$1/$shard" "$dir/cp/$shard" && sync "$dir/cp/$shard"; done
+    seconds_since "$start"
+  }
+  for ((round = 0; round < ${BENCH_ROUNDS:-3}; round++)); do
+    rm -rf "$dir/out"
+    cp_s=$(copy_shards "$src")
     rm -rf "$dir/cp"
     cat "${shards[@]/#/$src/}" >/dev/null
     start=$(now)
     "$@" --dst "$dir/out" >"$dir/out.log" 2>&1 || { echo "shardq run failed:" >&2; tail -5 "$dir/out.log" >&2; return 1; }
     run_s=$(seconds_since "$start")
-    out_bytes=$(cat "$dir"/out/*.safetensors | wc -c)
-    times+=("$cp_s" "$run_s")
+    out_bytes=$(cat "${shards[@]/#/$dir/out/}" | wc -c)
+    cp_out_s=$(copy_shards "$dir/out")
+    rm -rf "$dir/cp"
+    times+=("$cp_s" "$run_s" "$cp_out_s")
   done
   rm -rf "$dir/out"
   python3 - "$bytes" "$out_bytes" "${#shards[@]}" "$label" "$target" "$(cut -d' ' -f1-3 /proc/loadavg)" "${times[@]}" <<'PY'
 import statistics, sys
 size, out_size, shards, label, target, load = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6]
 times = [float(t) for t in sys.argv[7:]]
-rounds = list(zip(times[0::2], times[1::2]))
+rounds = list(zip(times[0::3], times[1::3], times[2::3]))
 print(f"rewritten shards: {shards}, {size / 1e9:.3f} GB in, {out_size / 1e9:.3f} GB out; load average {load}")
-for i, (cp_s, run_s) in enumerate(rounds):
-    print(f"round {i}: cp + fsync {cp_s:6.2f} s, shardq {run_s:6.2f} s, ratio {run_s / cp_s:5.2f}")
-cp_s = statistics.median(c for c, _ in rounds)
-run_s = statistics.median(r for _, r in rounds)
+for i, (cp_s, run_s, cp_out_s) in enumerate(rounds):
+    print(f"round {i}: cp + fsync {cp_s:6.2f} s, shardq {run_s:6.2f} s, ratio {run_s / cp_s:5.2f}; "
+          f"cp + fsync of its output {cp_out_s:6.2f} s, ratio {run_s / cp_out_s:5.2f}")
+cp_s = statistics.median(c for c, _, _ in rounds)
+run_s = statistics.median(r for _, r, _ in rounds)
+cp_out_s = statistics.median(o for _, _, o in rounds)
 print(f"{'cp + fsync (median)':28s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s")
 print(f"{label + ' (median)':28s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s in, {out_size / run_s / 1e9:.3f} GB/s out")
-print(f"{'median ratio shardq / cp':28s} {statistics.median(r / c for c, r in rounds):9.2f} (target <= {target})")
-# Per byte written, where the output is the larger: what the disk alone would make of it.
-if out_size > size:
-    print(f"{'  per byte written':28s} {statistics.median((r / out_size) / (c / size) for c, r in rounds):9.2f}")
+print(f"{'cp + fsync of its output':28s} {cp_out_s:9.2f} s {out_size / cp_out_s / 1e9:7.3f} GB/s")
+print(f"{'median ratio shardq / cp':28s} {statistics.median(r / c for c, r, _ in rounds):9.2f} (target <= {target})")
+print(f"{'  ... / cp of its output':28s} {statistics.median(r / o for _, r, o in rounds):9.2f}")
 PY
 }
 
