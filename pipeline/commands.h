@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace shardq {
@@ -34,6 +36,12 @@ struct RunArgs {
   bool force = false;       // overwrite a complete output in dst
   bool fresh = false;       // ignore (replace) an existing checkpoint
   bool verify_done = false; // re-check chunks recorded done before skipping them
+  // Takes `bytes` of heap from the OS ahead of use and returns the thread that populates
+  // it (the binary's allocator: pipeline/heap/mimalloc_reserve.h); empty: the heap grows
+  // as used. A 100K-tensor plan makes ~80K first touches of fresh pages, ~20% of a
+  // 50K-tensor job's CPU in page faults; populated on the core the plan leaves idle
+  // instead, the plan and the run find their pages mapped.
+  std::function<std::jthread(uint64_t bytes)> reserve_heap;
 };
 int cmd_run(const RunArgs& args);
 

@@ -5,6 +5,9 @@
 #include <exception>
 
 #include "pipeline/commands.h"
+#ifdef SHARDQ_MIMALLOC
+#include "pipeline/heap/mimalloc_reserve.h"
+#endif
 #include "pipeline/signals.h"
 
 namespace {
@@ -86,6 +89,9 @@ int main(int argc, char** argv) {
   shardq::InspectArgs inspect;
   shardq::FixtureArgs fixture;
   shardq::RunArgs run;
+#ifdef SHARDQ_MIMALLOC
+  run.reserve_heap = shardq::reserve_heap_mimalloc;
+#endif
   shardq::StatusArgs status;
   shardq::VerifyArgs verify;
   shardq::StudyArgs study;
