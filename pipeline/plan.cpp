@@ -122,38 +122,48 @@ void plan_shards(Plan& plan, int ranks) {
 // The view lists each shard's tensors in its reader's order, so the entry is the reader's
 // tensor at the same place within the shard. A task reads its own shard only, so an input
 // is looked up in that shard's index: small enough to stay in cache while the shard's
-// tasks are planned, where the whole view's (100K names) costs a few cache misses a lookup.
+// tasks are planned, where the whole view's (100K names) costs a few cache misses a
+// lookup. Shard by shard on every core (each task's entry is its own slot).
 void plan_task_inputs(Plan& plan) {
   const std::vector<size_t> shard_first = plan.source.shard_starts(); // the view's first tensor of each shard
-  std::vector<const io::Reader*> readers;
-  for (const auto& shard : plan.shards) readers.push_back(&plan.source_readers->opened(shard.file));
-  plan.task_sources.reserve(plan.tasks().size());
-  for (const auto& task : plan.tasks()) {
-    auto& sources = plan.task_sources.emplace_back();
-    const io::Reader& reader = *readers[task.shard];
-    for (const auto& input : task.inputs) {
-      const io::TensorInfo* info = reader.find(input);
-      if (!info) {
-        throw PipelineError(fmt::format("{}: task {} reads '{}', which is not in the task's shard", reader.path().string(), task.name, input));
+  plan.task_sources.assign(plan.tasks().size(), {});
+  parallel_for(plan.shards.size(), [&](size_t s) {
+    if (plan.shards[s].tasks.empty()) return;
+    const io::Reader& reader = plan.source_readers->opened(plan.shards[s].file);
+    for (size_t t : plan.shards[s].tasks) {
+      const Task& task = plan.tasks()[t];
+      auto& sources = plan.task_sources[t];
+      sources.reserve(task.inputs.size());
+      for (const auto& input : task.inputs) {
+        const io::TensorInfo* info = reader.find(input);
+        if (!info) {
+          throw PipelineError(fmt::format("{}: task {} reads '{}', which is not in the task's shard", reader.path().string(), task.name, input));
+        }
+        sources.push_back({&reader, info, shard_first[s] + size_t(info - reader.tensors().data())});
       }
-      sources.push_back({&reader, info, shard_first[task.shard] + size_t(info - reader.tensors().data())});
     }
-  }
+  });
 }
 
-// Each task output's offset in its shard, found by name once here (no chunk looks it up).
+// Each task output's offset in its shard, found by name once here (no chunk looks it up),
+// shard by shard on every core.
 void plan_task_outputs(Plan& plan) {
-  for (const auto& task : plan.tasks()) {
-    auto& task_offsets = plan.task_output_offsets.emplace_back();
-    const ShardPlan& shard = plan.shards[task.shard];
-    for (const auto& output : task.outputs) {
-      const io::TensorInfo* planned = shard.layout.find(output.name);
-      if (!planned) {
-        throw PipelineError(fmt::format("{}: task {} writes '{}', which the shard does not plan", shard.file, task.name, output.name));
+  plan.task_output_offsets.assign(plan.tasks().size(), {});
+  parallel_for(plan.shards.size(), [&](size_t s) {
+    const ShardPlan& shard = plan.shards[s];
+    for (size_t t : shard.tasks) {
+      const Task& task = plan.tasks()[t];
+      auto& task_offsets = plan.task_output_offsets[t];
+      task_offsets.reserve(task.outputs.size());
+      for (const auto& output : task.outputs) {
+        const io::TensorInfo* planned = shard.layout.find(output.name);
+        if (!planned) {
+          throw PipelineError(fmt::format("{}: task {} writes '{}', which the shard does not plan", shard.file, task.name, output.name));
+        }
+        task_offsets.push_back(planned->begin);
       }
-      task_offsets.push_back(planned->begin);
     }
-  }
+  });
 }
 
 std::vector<std::string> unlisted_files(const Plan& plan) {
@@ -212,9 +222,14 @@ CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* i
     }
   }
   readers.open_all(view.shard_files);
-  for (size_t s = 0; s < view.shard_files.size(); ++s) {
-    for (const auto& t : readers.get(view.shard_files[s]).tensors()) view.tensors.push_back({{t.name, t.dtype, t.shape}, s});
-  }
+  // Each shard's tensors in its slots of the view, shard by shard on every core.
+  std::vector<size_t> first(view.shard_files.size() + 1, 0);
+  for (size_t s = 0; s < view.shard_files.size(); ++s) first[s + 1] = first[s] + readers.opened(view.shard_files[s]).tensors().size();
+  view.tensors.resize(first.back());
+  parallel_for(view.shard_files.size(), [&](size_t s) {
+    SourceTensor* slot = view.tensors.data() + first[s];
+    for (const auto& t : readers.opened(view.shard_files[s]).tensors()) *slot++ = {{t.name, t.dtype, t.shape}, s};
+  });
   view.index();
   if (index_out) *index_out = std::move(index);
   return view;
