@@ -125,7 +125,7 @@ void OutputFiles::write_fixed_entries() {
   }
 }
 
-void OutputFiles::finalize(size_t shard, std::span<const float> group_scalars) {
+std::filesystem::path OutputFiles::finalize(size_t shard, std::span<const float> group_scalars) {
   fixed_entries_.get(); // rethrows the writer thread's error
   const ShardPlan& plan_shard = plan_.shards[shard];
   io::Writer& out = writer(shard);
@@ -143,9 +143,10 @@ void OutputFiles::finalize(size_t shard, std::span<const float> group_scalars) {
     throw PipelineError(fmt::format("{}: {} group scalars received, {} planned", plan_shard.file, group_scalars.size(), next_scalar));
   }
   crash_point("finalize");
-  out.finish();
+  std::filesystem::path folder = out.finish_file();
   std::lock_guard lock(writers_mutex_);
   writers_.erase(shard);
+  return folder;
 }
 
 } // namespace shardq

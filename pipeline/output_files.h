@@ -47,8 +47,9 @@ class OutputFiles {
   // finalizes: what needs no result of the run, written while the chunks compute (the
   // writer thread calls it first). Once per run; finalize waits for it.
   void write_fixed_entries();
-  // Writes the group scalars (in layout order), fsyncs, renames.
-  void finalize(size_t shard, std::span<const float> group_scalars);
+  // Writes the group scalars (in layout order), fsyncs, renames; returns the folder whose
+  // fsync makes the rename durable (the caller's: once for the shards finalized together).
+  std::filesystem::path finalize(size_t shard, std::span<const float> group_scalars);
 
  private:
   io::Writer& writer(size_t shard) const;

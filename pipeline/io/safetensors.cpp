@@ -506,7 +506,9 @@ void Writer::sync() {
   if (::fsync(fd_) != 0) throw IoError(fmt::format("{}: fsync failed, the shard must be rewritten: {}", partial_path_.string(), errno_text(errno)));
 }
 
-void Writer::finish() {
+void Writer::finish() { fsync_folder(finish_file()); }
+
+std::filesystem::path Writer::finish_file() {
   sync();
   direct_.reset();
   const int fd = std::exchange(fd_, -1);
@@ -514,7 +516,7 @@ void Writer::finish() {
   if (::rename(partial_path_.c_str(), final_path_.c_str()) != 0) {
     throw IoError(fmt::format("{}: rename to {} failed: {}", partial_path_.string(), final_path_.string(), errno_text(errno)));
   }
-  fsync_folder(folder_of(final_path_));
+  return folder_of(final_path_);
 }
 
 } // namespace shardq::io

@@ -134,7 +134,10 @@ class Writer {
   // Pieces that lie back to back from buffer_offset: one pwritev for many small ones.
   void write_gathered(uint64_t buffer_offset, std::span<const std::span<const uint8_t>> pieces);
   void sync();   // fsync the data written so far; any error is fatal for the shard
-  void finish(); // sync, close (checked), rename to the final name, fsync the folder
+  void finish(); // finish_file, then fsync the folder
+  // sync, close (checked), rename to the final name; returns the folder whose fsync makes
+  // the rename durable (the caller's, once for the shards it renames together).
+  std::filesystem::path finish_file();
 
  private:
   void reserve_space(); // statvfs check, then posix_fallocate (ftruncate where unsupported)
