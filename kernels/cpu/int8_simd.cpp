@@ -1115,7 +1115,7 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
   const __m512i first_one_less_1 = _mm512_set1_epi8(char(tables.first_one - 1)), one = _mm512_set1_epi8(1);
   const __m512i spread = _mm512_load_si512(kBlockOfByte<kSourceBlock>.data()), zero = _mm512_setzero_si512(), ones = _mm512_set1_epi8(1);
   TermTotals totals;
-  HWY_ALIGN uint8_t below[kFusedBlocks + 64] = {}; // 8 * (k + base - b), at most 255
+  HWY_ALIGN uint8_t below[kFusedBlocks]; // 8 * (k + base - b), at most 255: each chunk's blocks written before read
   for (size_t chunk = 0; chunk < cols; chunk += kTileCols) {
     const size_t chunk_end = std::min(cols, chunk + kTileCols);
     // Term bytes summed four at a time into i32 lanes (vpdpbusd: each vector adds at most
@@ -1134,7 +1134,12 @@ __attribute__((target("avx512vnni"))) HWY_NOINLINE float LutRow(const uint8_t* s
       _m_prefetchw(out + cols + column);
       __mmask64 negative;
       const __m512i ord = kFp4 ? Fp4Ords(source, column, ord_table, negative) : Fp8Ords(source, column, negative);
-      const __m512i offset = _mm512_permutexvar_epi8(spread, _mm512_loadu_si512(below + column / kSourceBlock % kFusedBlocks));
+      // The two blocks' bytes by a 2-byte load, inside the 32-byte store that wrote them (a
+      // 64-byte load spanning it cannot take the stored bytes from the store buffer: a stall
+      // of most of a 64-column row's time), repeated in every 128-bit lane for the shuffle.
+      uint16_t pair;
+      std::memcpy(&pair, below + column / kSourceBlock % kFusedBlocks, sizeof(pair));
+      const __m512i offset = _mm512_shuffle_epi8(_mm512_set1_epi16(int16_t(pair)), spread);
       const __m512i key = _mm512_subs_epu8(ord, offset);
       if constexpr (!kTerms) {
         const __m512i magnitude = codes.Lookup(key);
