@@ -7,7 +7,7 @@
 
 namespace shardq {
 
-// Hands mimalloc a block of `bytes` (rounded to its 64 MiB arena blocks) and returns the
+// Has mimalloc reserve an arena of `bytes` (rounded to its arena blocks) and returns the
 // thread that populates its pages, lowest first, as the allocator hands them out; it stops
 // when asked (the jthread's destructor) or when the kernel cannot populate (before Linux
 // 5.14): then the rest is faulted in as used, as without the block.
