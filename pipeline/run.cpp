@@ -280,7 +280,6 @@ struct RankLoop {
   bool told_interrupt = false;
   std::set<std::filesystem::path> renamed_folders{}; // renamed shards' folders, not yet fsynced
   std::vector<int32_t> renamed_shards{};             // their shards, to report finalized after
-
   int exit_code = -1;
   std::chrono::steady_clock::time_point next_request{};
 
@@ -329,8 +328,8 @@ struct RankLoop {
   }
 
   // Rank 0 asks for every shard's finalize at once: each is renamed as its message comes,
-  // and the folders' fsyncs (one per folder, not one per shard: ~0.5 ms each here) come
-  // before any of them is reported finalized (report_finalized).
+  // and the folders' fsyncs (one per folder, not one per shard: 0.2-0.4 ms each on a local
+  // disk, a round trip on NFS) come before any of them is reported finalized.
   void finalize_shard(const Message& m) {
     const auto message = decode<FinalizeShard>(m.bytes);
     const auto body = payload(m.bytes, sizeof(FinalizeShard));
