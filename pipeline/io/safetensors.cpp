@@ -364,7 +364,7 @@ Writer::Writer(const std::filesystem::path& final_path, const FileLayout& layout
 Writer::Writer(Writer&& other) noexcept
     : final_path_(std::move(other.final_path_)), partial_path_(std::move(other.partial_path_)),
       owned_layout_(std::move(other.owned_layout_)), layout_(other.layout_), fd_(std::exchange(other.fd_, -1)),
-      direct_(std::move(other.direct_)) {}
+      direct_(std::move(other.direct_)), unsynced_(other.unsynced_.load()) {}
 
 Writer::~Writer() {
   if (fd_ >= 0) ::close(fd_);
@@ -421,6 +421,7 @@ void Writer::open(bool resume) {
       std::span<const uint8_t>(header_length),
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(layout_->header.data()), layout_->header.size())};
   pwritev_full(fd_, prefix, 0, label);
+  unsynced_ = true;
   direct_ = std::make_unique<DirectWriter>(partial_path_);
 }
 
@@ -453,11 +454,13 @@ void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes)
   const DirectWriter::Range pages = direct_->pages_inside(offset, bytes.size());
   if (pages.empty() || !direct_->write(bytes, offset, pages)) {
     pwrite_full(fd_, bytes.data(), bytes.size(), offset, label);
+    unsynced_ = true;
     start_writeback(offset, bytes.size());
     return;
   }
   pwrite_full(fd_, bytes.data(), pages.begin - offset, offset, label);
   pwrite_full(fd_, bytes.data() + (pages.end - offset), offset + bytes.size() - pages.end, pages.end, label);
+  unsynced_ = true;
 }
 
 // A hint, not a guarantee (sync() makes the bytes durable): the disk starts on them now,
@@ -478,6 +481,7 @@ void Writer::write_gathered(uint64_t buffer_offset, std::span<const std::span<co
     if (run_end == run_begin) return;
     check_writable(run_offset, run_bytes);
     pwritev_full(fd_, pieces.subspan(run_begin, run_end - run_begin), layout_->data_offset + run_offset, partial_path_.string());
+    unsynced_ = true;
     start_writeback(layout_->data_offset + run_offset, run_bytes);
   };
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -502,6 +506,7 @@ void Writer::write_gathered(uint64_t buffer_offset, std::span<const std::span<co
 
 void Writer::sync() {
   if (fd_ < 0) throw IoError(fmt::format("{}: sync before open()", partial_path_.string()));
+  unsynced_ = false;
   // After a failed fsync the kernel may have dropped the dirty pages: the shard is lost.
   if (::fsync(fd_) != 0) throw IoError(fmt::format("{}: fsync failed, the shard must be rewritten: {}", partial_path_.string(), errno_text(errno)));
 }
@@ -509,7 +514,7 @@ void Writer::sync() {
 void Writer::finish() { fsync_folder(finish_file()); }
 
 std::filesystem::path Writer::finish_file() {
-  sync();
+  if (unsynced_) sync();
   direct_.reset();
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) throw IoError(fmt::format("{}: close failed: {}", partial_path_.string(), errno_text(errno)));

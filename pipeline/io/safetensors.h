@@ -1,6 +1,7 @@
 // safetensors shards: a validating pread-only Reader and a planned, pwrite-based Writer.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -134,9 +135,11 @@ class Writer {
   // Pieces that lie back to back from buffer_offset: one pwritev for many small ones.
   void write_gathered(uint64_t buffer_offset, std::span<const std::span<const uint8_t>> pieces);
   void sync();   // fsync the data written so far; any error is fatal for the shard
+  bool has_unsynced_bytes() const { return unsynced_; } // written since the last sync (or never synced)
   void finish(); // finish_file, then fsync the folder
-  // sync, close (checked), rename to the final name; returns the folder whose fsync makes
-  // the rename durable (the caller's, once for the shards it renames together).
+  // sync (unless nothing was written since the last one), close (checked), rename to the
+  // final name; returns the folder whose fsync makes the rename durable (the caller's,
+  // once for the shards it renames together).
   std::filesystem::path finish_file();
 
  private:
@@ -150,6 +153,11 @@ class Writer {
   const FileLayout* layout_;
   int fd_ = -1;
   std::unique_ptr<DirectWriter> direct_; // the page-aligned middle of large writes
+  // Bytes written since the last sync (set after each write, cleared before each fsync,
+  // so a write racing a sync leaves it set). A job syncs a shard's last chunks before
+  // recording them done; an fsync of the clean file at finish_file still flushed the
+  // disk's cache (~0.5 ms a shard, 46 shards of the many-tensor job).
+  std::atomic<bool> unsynced_{true};
 };
 
 } // namespace shardq::io

@@ -198,6 +198,39 @@ TEST(SafetensorsWriter, DestructorLeavesThePartialUnrenamed) {
   EXPECT_TRUE(std::filesystem::exists(dir / "out.safetensors.partial"));
 }
 
+// finish_file fsyncs only when bytes were written since the last sync (a job syncs each
+// shard's last chunks before recording them): every way of writing must count.
+TEST(SafetensorsWriter, FinishSyncsOnlyWhatTheLastSyncMissed) {
+  ScratchDir dir;
+  const auto final_path = dir / "out.safetensors";
+  Writer writer(final_path, sample_specs());
+  EXPECT_TRUE(writer.has_unsynced_bytes()) << "a writer never synced";
+  writer.open(false);
+  EXPECT_TRUE(writer.has_unsynced_bytes()) << "the header";
+  writer.sync();
+  EXPECT_FALSE(writer.has_unsynced_bytes());
+  const auto a = iota_bytes(48, 1), b = iota_bytes(5, 100), c = iota_bytes(2, 200), d = iota_bytes(6, 50);
+  writer.write_rows(writer.tensor("a"), 0, a);
+  EXPECT_TRUE(writer.has_unsynced_bytes()) << "write_rows";
+  writer.sync();
+  writer.write_bytes(48, b);
+  EXPECT_TRUE(writer.has_unsynced_bytes()) << "write_bytes";
+  writer.sync();
+  const std::array<std::span<const uint8_t>, 2> pieces = {std::span<const uint8_t>(c), std::span<const uint8_t>(d)};
+  writer.write_gathered(53, pieces); // c, then d behind it
+  EXPECT_TRUE(writer.has_unsynced_bytes()) << "write_gathered";
+  Writer moved(std::move(writer));
+  EXPECT_TRUE(moved.has_unsynced_bytes()) << "kept by a move";
+  moved.finish();
+  EXPECT_FALSE(moved.has_unsynced_bytes()) << "finish syncs what is pending";
+  const std::string raw = test::read_text(final_path);
+  ASSERT_EQ(raw.size(), 4096u + 61u);
+  EXPECT_EQ(raw.substr(4096, 48), std::string(a.begin(), a.end()));
+  EXPECT_EQ(raw.substr(4096 + 48, 5), std::string(b.begin(), b.end()));
+  EXPECT_EQ(raw.substr(4096 + 55, 6), std::string(d.begin(), d.end()));
+  EXPECT_EQ(raw.substr(4096 + 53, 2), std::string(c.begin(), c.end()));
+}
+
 TEST(SafetensorsWriter, ResumeKeepsBytesOfAPartialOfTheRightSize) {
   ScratchDir dir;
   const auto final_path = dir / "out.safetensors";
