@@ -235,7 +235,7 @@ std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t head
 // ------------------------------------------------------------------------- Reader
 
 Reader::Reader(const std::filesystem::path& path) : path_(path) {
-  const std::string label = path_.string();
+  const std::string& label = path_.native();
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw IoError(fmt::format("{}: cannot open: {}", label, errno_text(errno)));
   try {
@@ -276,7 +276,7 @@ const TensorInfo& Reader::tensor(std::string_view name) const {
 }
 
 uint64_t Reader::rows_offset(const TensorInfo& tensor, uint64_t first_row, uint64_t row_count, uint64_t out_size) const {
-  const std::string label = path_.string();
+  const std::string& label = path_.native();
   if (tensor.end < tensor.begin || tensor.end > file_size_ - data_offset_) {
     throw IoError(fmt::format("{}: tensor '{}' [{}, {}) is not inside this file's data buffer", label, tensor.name, tensor.begin, tensor.end));
   }
@@ -301,14 +301,14 @@ void Reader::read_rows(const TensorInfo& tensor, uint64_t first_row, uint64_t ro
 
 void Reader::read_bytes(uint64_t buffer_offset, std::span<uint8_t> out) const {
   check_readable(buffer_offset, out.size());
-  pread_full(fd_, out.data(), out.size(), data_offset_ + buffer_offset, path_.string());
+  pread_full(fd_, out.data(), out.size(), data_offset_ + buffer_offset, path_.native());
 }
 
 void Reader::read_gathered(uint64_t buffer_offset, std::span<const std::span<uint8_t>> pieces) const {
   uint64_t size = 0;
   for (const auto& piece : pieces) size += piece.size();
   check_readable(buffer_offset, size);
-  preadv_full(fd_, pieces, data_offset_ + buffer_offset, path_.string());
+  preadv_full(fd_, pieces, data_offset_ + buffer_offset, path_.native());
 }
 
 void Reader::check_readable(uint64_t buffer_offset, uint64_t size) const {
@@ -381,7 +381,7 @@ uint64_t Writer::buffer_size() const { return layout_->tensors.empty() ? 0 : lay
 uint64_t Writer::file_size() const { return layout_->data_offset + buffer_size(); }
 
 void Writer::reserve_space() {
-  const std::string label = partial_path_.string();
+  const std::string& label = partial_path_.native();
   struct statvfs fs {};
   const std::filesystem::path folder = folder_of(partial_path_);
   // A file system that reports no size (f_blocks 0: ramfs, some FUSE ones) has no free
@@ -403,7 +403,7 @@ void Writer::reserve_space() {
 }
 
 void Writer::open(bool resume) {
-  const std::string label = partial_path_.string();
+  const std::string& label = partial_path_.native();
   if (fd_ >= 0) throw IoError(fmt::format("{}: already open", label));
   std::error_code ec;
   const bool reusable = resume && std::filesystem::file_size(partial_path_, ec) == file_size() && !ec;
@@ -426,7 +426,7 @@ void Writer::open(bool resume) {
 }
 
 void Writer::write_rows(const TensorInfo& tensor, uint64_t first_row, std::span<const uint8_t> bytes) {
-  const std::string label = partial_path_.string();
+  const std::string& label = partial_path_.native();
   const uint64_t row_bytes = tensor.row_bytes();
   if (row_bytes == 0 ? !bytes.empty() : bytes.size() % row_bytes != 0) {
     throw IoError(fmt::format("{}: tensor '{}': {} bytes are not whole rows of {} bytes", label, tensor.name, bytes.size(), row_bytes));
@@ -440,7 +440,7 @@ void Writer::write_rows(const TensorInfo& tensor, uint64_t first_row, std::span<
 }
 
 void Writer::check_writable(uint64_t buffer_offset, uint64_t size) const {
-  const std::string label = partial_path_.string();
+  const std::string& label = partial_path_.native();
   if (fd_ < 0) throw IoError(fmt::format("{}: write before open()", label));
   if (buffer_offset > buffer_size() || size > buffer_size() - buffer_offset) {
     throw IoError(fmt::format("{}: bytes [{}, {}) outside the {}-byte data buffer", label, buffer_offset, buffer_offset + size, buffer_size()));
@@ -449,7 +449,7 @@ void Writer::check_writable(uint64_t buffer_offset, uint64_t size) const {
 
 void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes) {
   check_writable(buffer_offset, bytes.size());
-  const std::string label = partial_path_.string();
+  const std::string& label = partial_path_.native();
   const uint64_t offset = layout_->data_offset + buffer_offset;
   const DirectWriter::Range pages = direct_->pages_inside(offset, bytes.size());
   if (pages.empty() || !direct_->write(bytes, offset, pages)) {
@@ -480,7 +480,7 @@ void Writer::write_gathered(uint64_t buffer_offset, std::span<const std::span<co
   const auto write_run = [&](size_t run_end) {
     if (run_end == run_begin) return;
     check_writable(run_offset, run_bytes);
-    pwritev_full(fd_, pieces.subspan(run_begin, run_end - run_begin), layout_->data_offset + run_offset, partial_path_.string());
+    pwritev_full(fd_, pieces.subspan(run_begin, run_end - run_begin), layout_->data_offset + run_offset, partial_path_.native());
     unsynced_ = true;
     start_writeback(layout_->data_offset + run_offset, run_bytes);
   };

@@ -1,14 +1,15 @@
 #include "pipeline/io/simple_header.h"
 
-#include <unordered_set>
-
 #include "pipeline/io/plain_json.h"
+#include "stages/name_index.h"
 
 namespace shardq::io {
 namespace {
 
 // {"dtype": "...", "shape": [...], "data_offsets": [begin, end]}, each field once, in any order.
-bool read_tensor(PlainJson& json, TensorInfo& tensor) {
+// `numbers`: a buffer kept across the header's tensors, so that a shape costs one exact
+// allocation and the offsets none (100K tensors: ~400K allocations fewer).
+bool read_tensor(PlainJson& json, TensorInfo& tensor, std::vector<uint64_t>& numbers) {
   constexpr int kDtype = 1, kShape = 2, kOffsets = 4;
   int fields = 0;
   const bool read = json.object([&](std::string_view field) {
@@ -21,11 +22,15 @@ bool read_tensor(PlainJson& json, TensorInfo& tensor) {
       if (dtype) tensor.dtype = *dtype;
       return dtype.has_value();
     }
-    if (bit == kShape) return json.numbers([&](uint64_t dim) { tensor.shape.push_back(dim); });
-    std::vector<uint64_t> offsets;
-    if (!json.numbers([&](uint64_t offset) { offsets.push_back(offset); }) || offsets.size() != 2) return false;
-    tensor.begin = offsets[0];
-    tensor.end = offsets[1];
+    numbers.clear();
+    if (!json.numbers([&](uint64_t number) { numbers.push_back(number); })) return false;
+    if (bit == kShape) {
+      tensor.shape.assign(numbers.begin(), numbers.end());
+      return true;
+    }
+    if (numbers.size() != 2) return false;
+    tensor.begin = numbers[0];
+    tensor.end = numbers[1];
     return true;
   });
   return read && fields == (kDtype | kShape | kOffsets);
@@ -40,12 +45,8 @@ bool read_metadata(PlainJson& json, std::map<std::string, std::string>& metadata
 }
 
 bool names_unique(const std::vector<TensorInfo>& tensors) {
-  std::unordered_set<std::string_view> names;
-  names.reserve(tensors.size());
-  for (const auto& tensor : tensors) {
-    if (!names.insert(tensor.name).second) return false;
-  }
-  return true;
+  NameIndex names;
+  return names.build(tensors.size(), [&](size_t i) -> std::string_view { return tensors[i].name; }).empty();
 }
 
 } // namespace
@@ -53,6 +54,7 @@ bool names_unique(const std::vector<TensorInfo>& tensors) {
 std::optional<SimpleHeader> parse_simple_header(std::string_view header_json) {
   PlainJson json(header_json);
   SimpleHeader header;
+  std::vector<uint64_t> numbers;
   bool seen_metadata = false;
   const bool read = json.object([&](std::string_view key) {
     if (key == "__metadata__") {
@@ -63,7 +65,7 @@ std::optional<SimpleHeader> parse_simple_header(std::string_view header_json) {
     if (key.empty()) return false;
     TensorInfo& tensor = header.tensors.emplace_back();
     tensor.name = key;
-    return read_tensor(json, tensor);
+    return read_tensor(json, tensor, numbers);
   });
   if (!read || !json.at_end() || !names_unique(header.tensors)) return std::nullopt;
   return header;
