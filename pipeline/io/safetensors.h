@@ -156,7 +156,7 @@ class Writer {
   // Bytes written since the last sync (set after each write, cleared before each fsync,
   // so a write racing a sync leaves it set). A job syncs a shard's last chunks before
   // recording them done; an fsync of the clean file at finish_file still flushed the
-  // disk's cache (~0.5 ms a shard, 46 shards of the many-tensor job).
+  // disk's cache (~0.2 ms a shard here: 44 fewer fsyncs saved the many-tensor job 7-9.5 ms).
   std::atomic<bool> unsynced_{true};
 };
 
