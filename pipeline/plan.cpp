@@ -139,7 +139,7 @@ void plan_task_inputs(Plan& plan) {
         if (!info) {
           throw PipelineError(fmt::format("{}: task {} reads '{}', which is not in the task's shard", reader.path().string(), task.name, input));
         }
-        sources.push_back({&reader, info, shard_first[s] + size_t(info - reader.tensors().data())});
+        sources.push_back({&reader, info, shard_first[s] + size_t(info - reader.tensors().data()), info->row_bytes()});
       }
     }
   });
@@ -212,6 +212,10 @@ CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* i
   const auto index_path = dir / io::kIndexFileName;
   CheckpointView view;
   view.dir = dir;
+  // The shards the index names are nearly always the folder's *.safetensors files: their
+  // headers are parsed while the index is (~0.02 s for 100K names, before which no shard
+  // would otherwise be opened).
+  readers.start_opening_folder();
   io::ShardIndex index = io::read_index(index_path);
   view.config = io::read_config(dir / kConfigFile);
   if (std::filesystem::exists(dir / kHfQuantConfigFile)) view.hf_quant_config = io::read_json_object(dir / kHfQuantConfigFile);

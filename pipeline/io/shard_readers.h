@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,11 +31,19 @@ class ShardReaders {
   // shards and 100K tensors parses its headers on every core. A shard that cannot be
   // opened throws as get() would, the first in list order.
   void open_all(const std::vector<std::string>& files);
+  // open_all of the folder's *.safetensors files, begun now on a thread of its own, for a
+  // caller that learns which shards it needs only later (from the index): their headers
+  // are parsed meanwhile. Those that open are kept by the next open_all that lists them;
+  // one that does not open is left to that open_all, which throws for it if it is listed.
+  // Unlisted ones are dropped. Does nothing to shards already open.
+  void start_opening_folder();
   const std::filesystem::path& folder() const { return folder_; }
 
  private:
+  using Opened = std::map<std::string, std::unique_ptr<Reader>, std::less<>>;
   std::filesystem::path folder_;
-  std::map<std::string, std::unique_ptr<Reader>, std::less<>> readers_;
+  Opened readers_;
+  std::future<Opened> early_; // start_opening_folder's, until the next open_all
 };
 
 } // namespace shardq::io

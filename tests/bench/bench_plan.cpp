@@ -53,6 +53,23 @@ void BM_plan_int8_real_count(benchmark::State& state) {
 }
 BENCHMARK(BM_plan_int8_real_count)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 
+// The plan's first two steps on their own: the source index (read before any shard can be
+// opened: the shard list comes from it), then every shard header (parsed on both cores).
+void BM_read_index_real_count(benchmark::State& state) {
+  const auto index_file = ensure_fixture() / shardq::io::kIndexFileName;
+  size_t names = 0;
+  for (auto _ : state) names = shardq::io::read_index(index_file).weight_map.size();
+  state.counters["names"] = double(names);
+}
+BENCHMARK(BM_read_index_real_count)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
+void BM_checkpoint_view_real_count(benchmark::State& state) {
+  size_t tensors = 0;
+  for (auto _ : state) tensors = shardq::read_checkpoint_view(ensure_fixture()).tensors.size();
+  state.counters["tensors"] = double(tensors);
+}
+BENCHMARK(BM_checkpoint_view_real_count)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+
 void BM_output_index_int8_real_count(benchmark::State& state) {
   const shardq::Plan plan = shardq::make_plan(int8_job(), 1);
   size_t names = 0;

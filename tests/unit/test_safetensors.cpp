@@ -72,6 +72,31 @@ TEST(ShardReaders, OpenedFindsOnlyShardsOpenedBefore) {
   EXPECT_EQ(readers.opened("a.safetensors").tensors().size(), sample_specs().size());
 }
 
+// Headers parsed ahead (start_opening_folder, while the caller reads the index) are the
+// ones open_all keeps: listed shards open once, an unlisted file that is no shard is
+// dropped without a word, and a listed one that is no shard still throws from open_all.
+TEST(ShardReaders, OpensTheFolderAheadAndKeepsOnlyListedShards) {
+  ScratchDir dir;
+  for (const char* name : {"a.safetensors", "b.safetensors"}) {
+    Writer writer(dir / name, sample_specs());
+    writer.open(false);
+    writer.finish();
+  }
+  test::write_text(dir / "junk.safetensors", "not a shard");
+  ShardReaders readers(dir.path());
+  readers.start_opening_folder();
+  readers.open_all({"a.safetensors"});
+  EXPECT_EQ(readers.opened("a.safetensors").tensors().size(), sample_specs().size());
+  EXPECT_THROW(readers.opened("b.safetensors"), IoError) << "an unlisted shard was kept";
+  readers.start_opening_folder(); // a is open already: b and junk are parsed again
+  try {
+    readers.open_all({"b.safetensors", "junk.safetensors"});
+    FAIL() << "open_all kept quiet about a listed file that is no shard";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr((dir / "junk.safetensors").string()));
+  }
+}
+
 TEST(SafetensorsWriter, RoundTripsThroughTheReader) {
   ScratchDir dir;
   const auto final_path = dir / "model-00001-of-00001.safetensors";
