@@ -27,7 +27,9 @@ constexpr int32_t kMaxItemsPerAssign = 512;
 uint64_t source_bytes_per_row(const Plan& plan) {
   uint64_t bytes = 0;
   for (size_t t = 0; t < plan.tasks().size(); ++t) {
-    for (const auto& input : plan.task_sources[t]) bytes += plan.tasks()[t].rows * input.tensor->row_bytes();
+    const Task& task = plan.tasks()[t];
+    const auto& inputs = plan.task_sources[t];
+    for (size_t i = 0; i < inputs.size(); ++i) bytes += task.input_row_count(i, 0, task.rows) * inputs[i].row_bytes;
   }
   const uint64_t rows = plan.total_rows();
   return rows ? bytes / rows : 0;

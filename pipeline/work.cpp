@@ -10,7 +10,7 @@ uint64_t item_source_bytes(const Plan& plan, const WorkItem& item) {
   const uint64_t chunk = uint64_t(item.index), first = task.chunk_first_row(chunk), count = task.chunk_rows(chunk);
   uint64_t bytes = 0;
   const auto& sources = plan.task_sources[size_t(item.task)];
-  for (size_t i = 0; i < task.inputs.size(); ++i) bytes += task.input_row_count(i, first, count) * sources[i].tensor->row_bytes();
+  for (size_t i = 0; i < task.inputs.size(); ++i) bytes += task.input_row_count(i, first, count) * sources[i].row_bytes;
   return bytes;
 }
 

@@ -97,7 +97,7 @@ void Worker::write_received(const ChunkResult& result, std::span<const uint8_t> 
     bytes.buffers[o].assign(buffers.begin() + long(at), buffers.begin() + long(at + size));
     at += size;
   }
-  writer_->push(std::move(chunks));
+  writer_->push(chunks);
 }
 
 void Worker::cancel() {
@@ -235,8 +235,7 @@ void Worker::compute_loop() {
         if (cancel_) emit(0, Tag::dropped, encode_array(std::vector<WorkItem>{read.item}));
         else process(read, out, written);
       }
-      if (!written.empty()) writer_->push(std::move(written));
-      written.clear();
+      if (!written.empty()) writer_->push(written);
     } catch (...) {
       fail(std::current_exception());
       return;
@@ -276,7 +275,7 @@ void Worker::plan_reads(const WorkItem& item, SourceRows& rows, std::vector<Piec
     const uint64_t input_count = task.input_row_count(i, first, count);
     // A resize zero-fills only what the buffer grows by (the read overwrites all of it): a
     // reused buffer of the same size costs nothing here.
-    rows.inputs[i].resize(input_count * tensor.row_bytes());
+    rows.inputs[i].resize(input_count * sources[i].row_bytes);
     const uint64_t offset = reader.rows_offset(tensor, task.input_first_row(i, first), input_count, rows.inputs[i].size());
     pieces.push_back({&reader, offset, rows.inputs[i]});
   }
