@@ -2,7 +2,9 @@
 
 #include <xxhash.h>
 
+#include <array>
 #include <bit>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -19,7 +21,12 @@ class CanonicalHash {
   CanonicalHash(const CanonicalHash&) = delete;
   CanonicalHash& operator=(const CanonicalHash&) = delete;
 
-  template <class T> void value(T v) { bytes(&v, sizeof v); }
+  template <class T> void value(T v) {
+    static_assert(sizeof v <= kBuffer);
+    if (used_ + sizeof v > kBuffer) flush();
+    std::memcpy(buffer_.data() + used_, &v, sizeof v); // a fixed size: one store
+    used_ += sizeof v;
+  }
   void text(const std::string& s) {
     value<uint64_t>(s.size());
     bytes(s.data(), s.size());
@@ -36,16 +43,22 @@ class CanonicalHash {
 
  private:
   void bytes(const void* p, size_t n) {
-    if (buffer_.size() + n > kBuffer) flush();
-    buffer_.append(static_cast<const char*>(p), n);
+    if (used_ + n > kBuffer) flush();
+    if (n > kBuffer) {
+      XXH3_64bits_update(state_, p, n);
+      return;
+    }
+    std::memcpy(buffer_.data() + used_, p, n);
+    used_ += n;
   }
   void flush() {
-    XXH3_64bits_update(state_, buffer_.data(), buffer_.size());
-    buffer_.clear();
+    XXH3_64bits_update(state_, buffer_.data(), used_);
+    used_ = 0;
   }
   static constexpr size_t kBuffer = 1 << 16;
   XXH3_state_t* state_;
-  std::string buffer_;
+  std::array<char, kBuffer> buffer_;
+  size_t used_ = 0;
 };
 
 void hash_task(CanonicalHash& h, const TaskRecord& t) {
