@@ -42,7 +42,7 @@ void ChunkWriter::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void ChunkWriter::push(std::vector<ChunkOut> chunks) {
+void ChunkWriter::push(std::vector<ChunkOut>& chunks) {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return queued_bytes_ < kMaxQueuedBytes || failure_ || stopping_; });
   if (failure_) std::rethrow_exception(failure_);
@@ -50,6 +50,7 @@ void ChunkWriter::push(std::vector<ChunkOut> chunks) {
     queued_bytes_ += chunk.bytes.size();
     queue_.push_back(std::move(chunk));
   }
+  chunks.clear();
   changed_.notify_all();
 }
 
@@ -80,10 +81,13 @@ void ChunkWriter::run() {
   std::set<size_t> unsynced_shards;   // the shards they were written to
   uint64_t unsynced_bytes = 0;
   std::chrono::steady_clock::time_point sync_due; // when the oldest unsynced chunk must be synced
+  // Swapped with the queue, then emptied: the queue keeps its capacity from batch to batch
+  // (50K small chunks would otherwise regrow it, with page faults, every batch).
+  std::vector<ChunkOut> taken;
+  std::vector<ChunkWrite> writes;
   try {
     outputs_.write_fixed_entries(); // before any chunk: the disk starts on them at once
     for (;;) {
-      std::vector<ChunkOut> taken;
       {
         std::unique_lock lock(mutex_);
         const auto ready = [&] { return stopping_ || !queue_.empty() || (draining_ && !unsynced.empty()); };
@@ -101,8 +105,7 @@ void ChunkWriter::run() {
         queued_bytes_ = 0;
         changed_.notify_all();
       }
-      std::vector<ChunkWrite> writes;
-      writes.reserve(taken.size());
+      writes.clear();
       for (const auto& next : taken) {
         const Task& task = plan_.tasks()[size_t(next.result.task)];
         const uint64_t chunk = uint64_t(next.result.chunk);
@@ -118,6 +121,7 @@ void ChunkWriter::run() {
         // not at the sync (fresh buffers would cost page faults and zero-filling).
         recycle(std::move(next.bytes));
       }
+      taken.clear();
       // A slow disk gets fewer, larger syncs; a fast one still no more than one per delay.
       if (unsynced_bytes >= kSyncBytes || std::chrono::steady_clock::now() >= sync_due) {
         make_durable(unsynced, unsynced_shards);

@@ -46,7 +46,8 @@ class ChunkWriter {
   // Queues chunks for writing (a compute thread's batch at once); waits while the queue
   // holds kMaxQueuedBytes already (back-pressure on big chunks; small ones never wait on an
   // fsync in progress, since rank 0's main loop queues the chunks other ranks send it).
-  void push(std::vector<ChunkOut> chunks);
+  // Leaves `chunks` empty, its capacity kept for the caller's next batch.
+  void push(std::vector<ChunkOut>& chunks);
   // Draining: fsync as soon as the queue is written instead of batching syncs over
   // kSyncDelay. Set while rank 0 has no work to hand this rank (the job's last chunks
   // then reach the checkpoint, and the shards their rename, without waiting out the delay).
