@@ -328,27 +328,33 @@ void verify_linear(const Plan& plan, const Task& task, AuditReaders& readers, Au
   const io::Reader& output = readers.output_of(plan, task);
   const bool fp4 = task.codec == CodecKind::fp4_to_int8 || task.codec == CodecKind::fp4_to_bf16;
   const bool int8 = task.codec == CodecKind::fp8_to_int8 || task.codec == CodecKind::fp4_to_int8;
-  VerifyCounts counts;
   std::vector<uint8_t> codes, scales, out, out_scales;
   const uint64_t step = kVerifyRows / 32 * 32; // whole FP8 scale blocks
-  for (uint64_t first = 0; first < task.rows; first += step) {
-    const uint64_t rows = std::min(step, task.rows - first);
-    read_tensor_rows(source, task.inputs[0], first, rows, codes);
-    read_tensor_rows(source, task.inputs[1], task.input_first_row(1, first), task.input_row_count(1, first, rows), scales);
-    read_tensor_rows(output, task.outputs[0].name, first, rows, out);
-    const LinearRows linear{fp4 ? LinearSource::fp4_row32 : LinearSource::fp8_block32, task.inputs[0], task.inputs[1],
-                            first, rows, task.cols, codes, scales};
-    if (int8) {
-      read_tensor_rows(output, task.outputs[1].name, first, rows, out_scales);
-      verify_int8_rows(linear, reinterpret_cast<const int8_t*>(out.data()), reinterpret_cast<const float*>(out_scales.data()),
-                       task.outputs[0].name, counts);
-    } else {
-      verify_bf16_rows(linear, reinterpret_cast<const uint16_t*>(out.data()), task.outputs[0].name, counts);
+  for (size_t linear = 0; linear < linear_count(task); ++linear) {
+    const LinearSlots slots = linear_slots(task, linear);
+    const std::string& weight = task.inputs[slots.weight];
+    const std::string& output_weight = task.outputs[slots.output].name;
+    VerifyCounts counts;
+    for (uint64_t first = 0; first < task.rows; first += step) {
+      const uint64_t rows = std::min(step, task.rows - first);
+      read_tensor_rows(source, weight, first, rows, codes);
+      read_tensor_rows(source, task.inputs[slots.scale], task.input_first_row(slots.scale, first),
+                       task.input_row_count(slots.scale, first, rows), scales);
+      read_tensor_rows(output, output_weight, first, rows, out);
+      const LinearRows linear_rows{fp4 ? LinearSource::fp4_row32 : LinearSource::fp8_block32, weight,
+                                   task.inputs[slots.scale], first, rows, task.cols, codes, scales};
+      if (int8) {
+        read_tensor_rows(output, task.outputs[*slots.output_scale].name, first, rows, out_scales);
+        verify_int8_rows(linear_rows, reinterpret_cast<const int8_t*>(out.data()),
+                         reinterpret_cast<const float*>(out_scales.data()), output_weight, counts);
+      } else {
+        verify_bf16_rows(linear_rows, reinterpret_cast<const uint16_t*>(out.data()), output_weight, counts);
+      }
     }
+    audit.check(int8 ? "INT8 rows within half a step, max |q| 127" : "BF16 rows rounded from the source",
+                counts.elements_out_of_bound == 0, output_weight,
+                fmt::format("{} problems; first: {}", counts.elements_out_of_bound, counts.first_problem));
   }
-  audit.check(int8 ? "INT8 rows within half a step, max |q| 127" : "BF16 rows rounded from the source",
-              counts.elements_out_of_bound == 0, task.outputs[0].name,
-              fmt::format("{} problems; first: {}", counts.elements_out_of_bound, counts.first_problem));
 }
 
 // Every output tensor of the task is in its shard with the planned dtype and shape (else

@@ -79,7 +79,7 @@ Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& output
       ++group_pending_[tasks[t].group];
     }
     for (uint64_t c = 0; c < record.chunks.size(); ++c) {
-      if (record.chunks[c].state == kChunkDone) skipped += tasks[t].chunk_rows(c);
+      if (record.chunks[c].state == kChunkDone) skipped += tasks[t].tensor_rows(tasks[t].chunk_rows(c));
       else ++chunks_pending_;
     }
   }
@@ -266,7 +266,8 @@ void Coordinator::on_chunk_done(const ChunkResult& result) {
   record.stats = result.stats;
   record.seconds = result.seconds;
   changes_.chunks.emplace_back(uint32_t(result.task), uint64_t(result.chunk));
-  progress_.add(plan_.tasks()[size_t(result.task)].chunk_rows(uint64_t(result.chunk)), result.rank);
+  const Task& task = plan_.tasks()[size_t(result.task)];
+  progress_.add(task.tensor_rows(task.chunk_rows(uint64_t(result.chunk))), result.rank);
   dirty_ = true;
   crash_point("quantize");
 }

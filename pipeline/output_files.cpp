@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "pipeline/io/contiguous_runs.h"
@@ -80,9 +81,12 @@ void OutputFiles::write_chunks(std::span<const ChunkWrite> chunks) {
       pieces.push_back({task.shard, piece.offset, piece.bytes});
     }
   }
+  std::set<size_t> shards;
   io::for_each_contiguous_run(pieces, [&](size_t shard, uint64_t offset, std::span<const std::span<const uint8_t>> run) {
     writer(shard).write_gathered(offset, run);
+    shards.insert(shard);
   });
+  for (size_t shard : shards) writer(shard).start_writeback();
 }
 
 void OutputFiles::sync(const std::set<size_t>& shards) {
@@ -117,6 +121,7 @@ void OutputFiles::write_fixed_entries() {
         if (entry.source == EntrySource::copy) copy_tensor(out, source, entry, to);
         if (entry.source == EntrySource::constant) out.write_bytes(to.begin, entry.bytes);
       }
+      out.start_writeback();
     }
     fixed_entries_written_.set_value();
   } catch (...) {

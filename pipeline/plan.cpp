@@ -197,7 +197,7 @@ ReadTensorBytes reference_reader(const CheckpointView& reference, io::ShardReade
 
 uint64_t Plan::total_rows() const {
   uint64_t rows = 0;
-  for (const auto& task : tasks()) rows += task.rows;
+  for (const auto& task : tasks()) rows += task.tensor_rows(task.rows);
   return rows;
 }
 

@@ -122,25 +122,32 @@ bool encode_transcode(const ChunkInput& chunk, const EncodeContext& context, Enc
   return true;
 }
 
-LinearRows linear_rows(const ChunkInput& chunk, LinearSource source) {
+LinearRows linear_rows(const ChunkInput& chunk, LinearSource source, const LinearSlots& slots) {
   const Task& task = chunk.task;
-  return {source, task.inputs[0], task.inputs[1], chunk.first_row, chunk.rows, task.cols, chunk.inputs[0], chunk.inputs[1]};
+  return {source,         task.inputs[slots.weight], task.inputs[slots.scale],  chunk.first_row,
+          chunk.rows,     task.cols,                 chunk.inputs[slots.weight], chunk.inputs[slots.scale]};
 }
 
 // A stop request is looked at every this many rows: a stop never waits for a whole chunk.
 constexpr uint64_t kCancelRows = 256;
 
-// Sizes one output buffer per entry of `row_bytes` (bytes per row), then encodes row by row.
+// Sizes one output buffer per task output (rows x its row bytes), then encodes each linear
+// of the task row by row: encode(linear's slots, its rows, chunk row r).
 template <class EncodeRow>
-bool encode_rows(uint64_t rows, std::initializer_list<uint64_t> row_bytes, EncodedChunk& out,
-                 const std::atomic<bool>* cancel, EncodeRow encode) {
-  out.buffers.resize(row_bytes.size());
-  size_t buffer = 0;
-  for (const uint64_t bytes : row_bytes) out.buffers[buffer++].resize(rows * bytes);
+bool encode_linears(const ChunkInput& chunk, LinearSource source, EncodedChunk& out, const std::atomic<bool>* cancel,
+                    EncodeRow encode) {
+  const Task& task = chunk.task;
+  out.buffers.resize(task.outputs.size());
+  for (size_t o = 0; o < task.outputs.size(); ++o) out.buffers[o].resize(chunk.rows * tensor_row_bytes(task.outputs[o]));
   out.stats = ChunkStats{};
-  for (uint64_t r = 0; r < rows; ++r) {
-    if (r % kCancelRows == 0 && cancel && cancel->load(std::memory_order_relaxed)) return false;
-    encode(r);
+  uint64_t done = 0; // rows of all linears, for the stop check
+  for (size_t linear = 0; linear < linear_count(task); ++linear) {
+    const LinearSlots slots = linear_slots(task, linear);
+    const LinearRows rows = linear_rows(chunk, source, slots);
+    for (uint64_t r = 0; r < rows.rows; ++r, ++done) {
+      if (done % kCancelRows == 0 && cancel && cancel->load(std::memory_order_relaxed)) return false;
+      encode(slots, rows, r);
+    }
   }
   return true;
 }
@@ -150,20 +157,19 @@ bool encode_rows(uint64_t rows, std::initializer_list<uint64_t> row_bytes, Encod
 // (zero_blocks: a row is the INT8 block), and on the report's sample of rows
 // (is_int8_report_row) sum x^2 and sum (deq - x)^2.
 bool encode_int8(const ChunkInput& chunk, LinearSource source, EncodedChunk& out, const std::atomic<bool>* cancel) {
-  const LinearRows rows = linear_rows(chunk, source);
-  check_linear_scales(rows);
-  const uint64_t cols = uint64_t(rows.cols);
-  const auto encode = [&](uint64_t r) {
+  const uint64_t cols = uint64_t(chunk.task.cols);
+  const auto encode = [&](const LinearSlots& slots, const LinearRows& rows, uint64_t r) {
+    if (r == 0) check_linear_scales(rows);
     Int8RowSums sums;
     const bool report_row = is_int8_report_row(rows.first_row + r);
-    int8_t* codes = reinterpret_cast<int8_t*>(out.buffers[0].data() + r * cols);
+    int8_t* codes = reinterpret_cast<int8_t*>(out.buffers[slots.output].data() + r * cols);
     const float scale = quantize_linear_row_int8(rows, r, codes, report_row ? &sums : nullptr);
     if (std::isnan(scale)) { // a NaN code: the kernel saw it in its one pass over the row
       check_linear_codes(rows, r, 1);
       throw StageError(fmt::format("{}: row {}: the INT8 kernel found a NaN code the check did not", rows.tensor,
                                    rows.first_row + r));
     }
-    std::memcpy(out.buffers[1].data() + r * sizeof(float), &scale, sizeof(float)); // F32 little-endian
+    std::memcpy(out.buffers[*slots.output_scale].data() + r * sizeof(float), &scale, sizeof(float)); // F32 little-endian
     ++out.stats.rows;
     ++out.stats.blocks;
     out.stats.zero_blocks += is_all_zero_int8_row(scale, codes, rows.cols) ? 1 : 0;
@@ -171,19 +177,18 @@ bool encode_int8(const ChunkInput& chunk, LinearSource source, EncodedChunk& out
     out.stats.reference_sq.add(sums.source_sq);
     out.stats.error_sq.add(sums.error_sq);
   };
-  return encode_rows(rows.rows, {cols, sizeof(float)}, out, cancel, encode);
+  return encode_linears(chunk, source, out, cancel, encode);
 }
 
 // Ignored modules: each row decoded exactly, then BF16 (round to nearest even).
 bool encode_bf16(const ChunkInput& chunk, LinearSource source, EncodedChunk& out, const std::atomic<bool>* cancel) {
-  const LinearRows rows = linear_rows(chunk, source);
-  check_linear_rows(rows);
-  const uint64_t cols = uint64_t(rows.cols);
+  const uint64_t cols = uint64_t(chunk.task.cols);
   thread_local std::vector<float> values;
   values.resize(cols);
-  const auto encode = [&](uint64_t r) {
+  const auto encode = [&](const LinearSlots& slots, const LinearRows& rows, uint64_t r) {
+    if (r == 0) check_linear_rows(rows);
     decode_linear_row(rows, r, values.data());
-    uint8_t* bytes = out.buffers[0].data() + r * cols * 2;
+    uint8_t* bytes = out.buffers[slots.output].data() + r * cols * 2;
     double source_sq = 0, error_sq = 0;
     for (uint64_t c = 0; c < cols; ++c) {
       const uint16_t bits = bf16_from_float(values[c]);
@@ -197,7 +202,7 @@ bool encode_bf16(const ChunkInput& chunk, LinearSource source, EncodedChunk& out
     out.stats.reference_sq.add(source_sq);
     out.stats.error_sq.add(error_sq);
   };
-  return encode_rows(rows.rows, {cols * 2}, out, cancel, encode);
+  return encode_linears(chunk, source, out, cancel, encode);
 }
 
 } // namespace
@@ -213,6 +218,20 @@ std::string_view codec_name(CodecKind codec) {
     case CodecKind::fp4_to_bf16: return "fp4-to-bf16";
   }
   return "?";
+}
+
+bool is_linear_codec(CodecKind codec) {
+  return codec == CodecKind::fp8_to_int8 || codec == CodecKind::fp4_to_int8 || codec == CodecKind::fp8_to_bf16 ||
+         codec == CodecKind::fp4_to_bf16;
+}
+
+size_t linear_count(const Task& task) { return task.inputs.size() / 2; }
+
+LinearSlots linear_slots(const Task& task, size_t linear) {
+  const bool int8 = task.codec == CodecKind::fp8_to_int8 || task.codec == CodecKind::fp4_to_int8;
+  LinearSlots slots{2 * linear, 2 * linear + 1, int8 ? 2 * linear : linear, std::nullopt};
+  if (int8) slots.output_scale = 2 * linear + 1;
+  return slots;
 }
 
 bool codec_reduces(CodecKind codec) {

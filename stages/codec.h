@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,20 @@ enum class CodecKind : int32_t {
 };
 
 std::string_view codec_name(CodecKind codec);
+
+// The W8A8 codecs (fp8/fp4_to_int8, fp8/fp4_to_bf16) take one linear, or several small ones
+// of one shape (they share a task: 50K tiny tensors would otherwise be 50K tasks, each
+// with its chunk record, checksum, journal entry and scheduling). Linear m reads task
+// inputs 2m (codes) and 2m + 1 (E8M0 scales) and writes output 2m (I8) and 2m + 1 (F32
+// scale), or output m (BF16). One place for that order: codecs, verify and the recipe.
+struct LinearSlots {
+  size_t weight = 0, scale = 0; // task inputs
+  size_t output = 0;            // the re-encoded weight
+  std::optional<size_t> output_scale; // INT8 only
+};
+bool is_linear_codec(CodecKind codec);
+size_t linear_count(const Task& task);
+LinearSlots linear_slots(const Task& task, size_t linear);
 
 // Parameters every task of a plan shares.
 struct CodecParams {

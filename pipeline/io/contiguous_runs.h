@@ -38,4 +38,29 @@ void for_each_contiguous_run(std::vector<Transfer<File, Byte>>& transfers, Run r
   }
 }
 
+// for_each_contiguous_run for reads, where stretches of one file at most gap.size() bytes
+// apart join one run: the bytes between them are read into `gap` (scratch, its contents
+// discarded; every gap of a run reuses it). Small tensors of tasks that interleave in a
+// shard (a task of every expert's w1, one of every w2) then come in one call, not one
+// each, for a few bytes more. Never for writes: they would overwrite what lies between.
+template <class File, class Run>
+void for_each_read_run(std::vector<Transfer<File, uint8_t>>& transfers, std::span<uint8_t> gap, Run run) {
+  std::sort(transfers.begin(), transfers.end(), [](const auto& a, const auto& b) {
+    return a.file != b.file ? std::less<File>()(a.file, b.file) : a.offset < b.offset;
+  });
+  std::vector<std::span<uint8_t>> pieces;
+  for (size_t begin = 0, end = 0; begin < transfers.size(); begin = end) {
+    pieces.assign(1, transfers[begin].bytes);
+    uint64_t next = transfers[begin].offset + transfers[begin].bytes.size();
+    for (end = begin + 1; end < transfers.size() && transfers[end].file == transfers[begin].file &&
+                          transfers[end].offset >= next && transfers[end].offset - next <= gap.size();
+         ++end) {
+      if (transfers[end].offset > next) pieces.push_back(gap.first(transfers[end].offset - next));
+      pieces.push_back(transfers[end].bytes);
+      next = transfers[end].offset + transfers[end].bytes.size();
+    }
+    run(transfers[begin].file, transfers[begin].offset, std::span<const std::span<uint8_t>>(pieces));
+  }
+}
+
 } // namespace shardq::io

@@ -455,7 +455,7 @@ void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes)
   if (pages.empty() || !direct_->write(bytes, offset, pages)) {
     pwrite_full(fd_, bytes.data(), bytes.size(), offset, label);
     unsynced_ = true;
-    start_writeback(offset, bytes.size());
+    note_written(offset, bytes.size());
     return;
   }
   pwrite_full(fd_, bytes.data(), pages.begin - offset, offset, label);
@@ -463,12 +463,20 @@ void Writer::write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes)
   unsynced_ = true;
 }
 
+void Writer::note_written(uint64_t offset, uint64_t size) {
+  writeback_begin_ = std::min(writeback_begin_, offset);
+  writeback_end_ = std::max(writeback_end_, offset + size);
+}
+
 // A hint, not a guarantee (sync() makes the bytes durable): the disk starts on them now,
 // while the next chunks are computed, instead of at the batch's fsync, which then waits
 // for the rest only. Without it a 50K-tensor job's writes sat in the page cache until
 // each shard's fsync, and the last fsyncs ran on after the compute (~0.1 s of 0.9 s).
-void Writer::start_writeback(uint64_t offset, uint64_t size) const {
-  ::sync_file_range(fd_, off64_t(offset), off64_t(size), SYNC_FILE_RANGE_WRITE);
+void Writer::start_writeback() {
+  if (writeback_end_ <= writeback_begin_ || fd_ < 0) return;
+  ::sync_file_range(fd_, off64_t(writeback_begin_), off64_t(writeback_end_ - writeback_begin_), SYNC_FILE_RANGE_WRITE);
+  writeback_begin_ = UINT64_MAX;
+  writeback_end_ = 0;
 }
 
 void Writer::write_gathered(uint64_t buffer_offset, std::span<const std::span<const uint8_t>> pieces) {
@@ -482,7 +490,7 @@ void Writer::write_gathered(uint64_t buffer_offset, std::span<const std::span<co
     check_writable(run_offset, run_bytes);
     pwritev_full(fd_, pieces.subspan(run_begin, run_end - run_begin), layout_->data_offset + run_offset, partial_path_.native());
     unsynced_ = true;
-    start_writeback(layout_->data_offset + run_offset, run_bytes);
+    note_written(layout_->data_offset + run_offset, run_bytes);
   };
   for (size_t i = 0; i < pieces.size(); ++i) {
     const uint64_t size = pieces[i].size();

@@ -134,6 +134,10 @@ class Writer {
   void write_bytes(uint64_t buffer_offset, std::span<const uint8_t> bytes);
   // Pieces that lie back to back from buffer_offset: one pwritev for many small ones.
   void write_gathered(uint64_t buffer_offset, std::span<const std::span<const uint8_t>> pieces);
+  // Asks the disk to start on what was written through the page cache since the last
+  // call, by one sync_file_range over its span (a batch of interleaved small tensors is
+  // hundreds of runs; their gaps, written later, are simply not dirty yet).
+  void start_writeback();
   void sync();   // fsync the data written so far; any error is fatal for the shard
   bool has_unsynced_bytes() const { return unsynced_; } // written since the last sync (or never synced)
   void finish(); // finish_file, then fsync the folder
@@ -145,7 +149,7 @@ class Writer {
  private:
   void reserve_space(); // statvfs check, then posix_fallocate (ftruncate where unsupported)
   void check_writable(uint64_t buffer_offset, uint64_t size) const; // open, and inside the data buffer
-  void start_writeback(uint64_t offset, uint64_t size) const; // of bytes just written through the page cache
+  void note_written(uint64_t offset, uint64_t size); // through the page cache: for start_writeback
 
   std::filesystem::path final_path_;
   std::filesystem::path partial_path_;
@@ -153,6 +157,7 @@ class Writer {
   const FileLayout* layout_;
   int fd_ = -1;
   std::unique_ptr<DirectWriter> direct_; // the page-aligned middle of large writes
+  uint64_t writeback_begin_ = UINT64_MAX, writeback_end_ = 0; // file bytes written since start_writeback
   // Bytes written since the last sync (set after each write, cleared before each fsync,
   // so a write racing a sync leaves it set). A job syncs a shard's last chunks before
   // recording them done; an fsync of the clean file at finish_file still flushed the

@@ -105,10 +105,14 @@ struct Task {
   // Task rows per row of input i (empty: 1 for every input): an FP8 linear's E8M0 scale
   // has one row per 32 weight rows (32x32 blocks).
   std::vector<uint32_t> input_row_groups;
+  // Tensors whose rows each task row covers: 1, or more where small tensors of one shape
+  // share a task (W8A8's tiny linears). Progress and rows/s count rows times this.
+  uint32_t stacked_tensors = 1;
 
   uint64_t chunks() const { return (rows + rows_per_chunk - 1) / rows_per_chunk; }
   uint64_t chunk_first_row(uint64_t chunk) const { return chunk * rows_per_chunk; }
   uint64_t chunk_rows(uint64_t chunk) const;
+  uint64_t tensor_rows(uint64_t task_rows) const { return task_rows * stacked_tensors; }
   uint32_t row_group(size_t input) const { return input_row_groups.empty() ? 1 : input_row_groups[input]; }
   // Rows of input i that task rows [first, first + count) read.
   uint64_t input_first_row(size_t input, uint64_t first) const { return first / row_group(input); }

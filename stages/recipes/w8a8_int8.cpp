@@ -62,27 +62,60 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
 
 uint64_t aligned(uint64_t rows, uint64_t alignment) { return std::max(alignment, rows / alignment * alignment); }
 
-Task linear_task(const SourceLinear& linear, bool ignored, const RecipeParams& params, size_t index) {
+// Small linears share a task (codec.h "LinearSlots"): those of at most kSmallLinearBytes
+// of source each, of one kind, codec and shape in one shard, up to kTaskSourceBytes a
+// task. The real model's linears are megabytes and stay one a task, their rows the work
+// unit; a model of 50K tiny ones (the real-count fixture) gets hundreds of tasks, not 50K.
+constexpr uint64_t kSmallLinearBytes = 64ull << 10;
+constexpr uint64_t kTaskSourceBytes = 256ull << 10;
+
+uint64_t source_bytes(const SourceLinear& linear) {
+  return tensor_bytes(linear.weight->spec) + tensor_bytes(linear.scale->spec);
+}
+
+CodecKind linear_codec(const SourceLinear& linear, bool ignored) {
+  return ignored ? (linear.fp4 ? CodecKind::fp4_to_bf16 : CodecKind::fp8_to_bf16)
+                 : (linear.fp4 ? CodecKind::fp4_to_int8 : CodecKind::fp8_to_int8);
+}
+
+// A task for one linear; add_linear gives it more of the same shape.
+Task linear_task(const SourceLinear& linear, CodecKind codec, const RecipeParams& params, size_t index) {
   Task task;
   task.name = linear.module;
-  task.codec = ignored ? (linear.fp4 ? CodecKind::fp4_to_bf16 : CodecKind::fp8_to_bf16)
-                       : (linear.fp4 ? CodecKind::fp4_to_int8 : CodecKind::fp8_to_int8);
-  task.inputs = {linear.weight->spec.name, linear.scale->spec.name};
-  if (ignored) {
-    task.outputs = {{linear.weight->spec.name, Dtype::BF16, {linear.out, linear.in}}};
-  } else {
-    task.outputs = {{linear.weight->spec.name, Dtype::I8, {linear.out, linear.in}},
-                    {linear.module + ".weight_scale", Dtype::F32, {linear.out, 1}}};
-  }
+  task.codec = codec;
   task.rows = linear.out;
   task.cols = int(linear.in);
   task.row_alignment = linear.fp4 ? 1 : kFp8Block; // an FP8 scale row covers 32 weight rows
   task.rows_per_chunk = aligned(params.rows_per_chunk, task.row_alignment);
-  if (!linear.fp4) task.input_row_groups = {1, uint32_t(kFp8Block)};
   task.shard = linear.weight->shard;
   task.group = index;
   return task;
 }
+
+// Appends a linear's inputs and outputs in slot order (linear_slots).
+void add_linear(Task& task, const SourceLinear& linear) {
+  task.inputs.push_back(linear.weight->spec.name);
+  task.inputs.push_back(linear.scale->spec.name);
+  if (task.codec == CodecKind::fp8_to_bf16 || task.codec == CodecKind::fp4_to_bf16) {
+    task.outputs.push_back({linear.weight->spec.name, Dtype::BF16, {linear.out, linear.in}});
+  } else {
+    task.outputs.push_back({linear.weight->spec.name, Dtype::I8, {linear.out, linear.in}});
+    task.outputs.push_back({linear.module + ".weight_scale", Dtype::F32, {linear.out, 1}});
+  }
+  if (!linear.fp4) {
+    task.input_row_groups.push_back(1);
+    task.input_row_groups.push_back(uint32_t(kFp8Block));
+  }
+  task.stacked_tensors = uint32_t(linear_count(task));
+}
+
+// What small linears must share to share a task.
+struct ShareKey {
+  std::string kind;
+  CodecKind codec;
+  uint64_t out, in;
+  auto operator<=>(const ShareKey&) const = default;
+};
 
 Json quantization_config(const RecipeParams& params) {
   return {{"quant_method", "w8a8_int8"},   {"activation_scheme", "dynamic"}, {"is_dynamic", true},
@@ -90,6 +123,12 @@ Json quantization_config(const RecipeParams& params) {
 }
 
 } // namespace
+
+std::string_view linear_module(const Task& task, size_t linear) {
+  std::string_view weight = task.inputs[linear_slots(task, linear).weight];
+  weight.remove_suffix(std::string_view(".weight").size()); // find_linear took only such names
+  return weight;
+}
 
 bool ignore_matches(const std::string& module, const std::vector<std::string>& ignore) {
   for (const auto& entry : ignore) {
@@ -123,7 +162,9 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   const CheckpointView& source = inputs.source;
   RecipePlan plan;
   constexpr size_t kNoTask = SIZE_MAX;
+  constexpr uint32_t kDropped = UINT32_MAX; // a BF16 linear's scale: no output
   std::vector<size_t> task_of_input(source.tensors.size(), kNoTask); // source tensor position -> task
+  std::vector<uint32_t> output_of_input(source.tensors.size(), kDropped); // -> that task's output
   const auto position = [&](const SourceTensor& tensor) { return size_t(&tensor - source.tensors.data()); };
   // Each shard's linears become tasks numbered within the shard (shards on every core: a
   // linear's weight and scale are in one shard, so each writes its own task_of_input
@@ -131,16 +172,32 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   const std::vector<size_t> starts = source.shard_starts();
   std::vector<std::vector<Task>> shard_tasks(source.shard_files.size());
   run_each(inputs.for_each, shard_tasks.size(), [&](size_t shard) {
+    std::vector<Task>& tasks = shard_tasks[shard];
+    std::map<ShareKey, std::pair<size_t, uint64_t>> open; // small linears' task taking more, and its source bytes
+    std::string kind;
     for (size_t t = starts[shard]; t < starts[shard + 1]; ++t) {
       const auto linear = find_linear(source, source.tensors[t]);
       if (!linear) continue;
-      const bool ignored = ignore_matches(linear->module, inputs.params.ignore);
-      for (const SourceTensor* input : {linear->weight, linear->scale}) task_of_input[position(*input)] = shard_tasks[shard].size();
-      shard_tasks[shard].push_back(linear_task(*linear, ignored, inputs.params, shard_tasks[shard].size()));
+      const CodecKind codec = linear_codec(*linear, ignore_matches(linear->module, inputs.params.ignore));
+      const uint64_t bytes = source_bytes(*linear);
+      size_t task = tasks.size();
+      if (bytes <= kSmallLinearBytes) {
+        module_kind(linear->module, kind);
+        auto [it, fresh] = open.try_emplace(ShareKey{kind, codec, linear->out, linear->in}, task, 0);
+        if (!fresh && it->second.second + bytes <= kTaskSourceBytes) task = it->second.first;
+        else it->second = {task, 0};
+        it->second.second += bytes;
+      }
+      if (task == tasks.size()) tasks.push_back(linear_task(*linear, codec, inputs.params, task));
+      const LinearSlots slots = linear_slots(tasks[task], linear_count(tasks[task]));
+      add_linear(tasks[task], *linear);
+      task_of_input[position(*linear->weight)] = task_of_input[position(*linear->scale)] = task;
+      output_of_input[position(*linear->weight)] = uint32_t(slots.output);
+      if (slots.output_scale) output_of_input[position(*linear->scale)] = uint32_t(*slots.output_scale);
     }
   });
   std::set<size_t> shards;
-  plan.tasks.reserve(source.tensors.size() / 2); // a linear is a weight and its scale
+  plan.tasks.reserve(source.tensors.size() / 2); // at most one a linear, a weight and its scale
   for (size_t shard = 0; shard < shard_tasks.size(); ++shard) {
     const size_t first_task = plan.tasks.size();
     for (size_t t = starts[shard]; t < starts[shard + 1]; ++t) {
@@ -148,6 +205,8 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
     }
     for (Task& task : shard_tasks[shard]) {
       task.group += first_task;
+      const size_t linears = linear_count(task);
+      if (linears > 1) task.name += fmt::format(" and {} more", linears - 1); // messages; the report goes by its tensors
       plan.tasks.push_back(std::move(task));
     }
     if (!shard_tasks[shard].empty()) shards.insert(shard);
@@ -157,9 +216,8 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   const auto replace = [&](const SourceTensor& tensor, std::vector<ShardEntry>& entries) {
     const size_t task_index = task_of_input[position(tensor)];
     if (task_index == kNoTask) return false;
-    const Task& task = plan.tasks[task_index];
-    if (tensor.spec.name == task.inputs[0]) entries.push_back(task_output_entry(task, task_index, 0));
-    else if (task.outputs.size() == 2) entries.push_back(task_output_entry(task, task_index, 1));
+    const uint32_t output = output_of_input[position(tensor)];
+    if (output != kDropped) entries.push_back(task_output_entry(plan.tasks[task_index], task_index, output));
     return true;
   };
   plan_changed_shards(source, shards, replace, plan, inputs.for_each);
@@ -186,13 +244,14 @@ std::pair<Kinds, Kinds> kind_totals(const RecipePlan& plan, std::span<const Task
     const Task& task = plan.tasks[t];
     const bool bf16 = task.codec == CodecKind::fp8_to_bf16 || task.codec == CodecKind::fp4_to_bf16;
     Kinds& kinds = bf16 ? int8_and_bf16.second : int8_and_bf16.first;
-    module_kind(task.name, name);
+    module_kind(linear_module(task, 0), name); // a task's linears are of one kind
     auto found = kinds.find(name);
     if (found == kinds.end()) found = kinds.emplace(name, KindTotals{}).first;
     KindTotals& kind = found->second;
-    ++kind.tensors;
-    kind.rows += task.rows;
-    kind.error_rows += bf16 ? task.rows : int8_report_row_count(task.rows);
+    const uint64_t linears = linear_count(task);
+    kind.tensors += linears;
+    kind.rows += task.rows * linears;
+    kind.error_rows += (bf16 ? task.rows : int8_report_row_count(task.rows)) * linears;
     kind.zero_rows += totals[t].stats.zero_blocks;
     kind.stats.merge(totals[t].stats);
   }
@@ -271,16 +330,17 @@ void audit_key_diff(const RecipePlan& plan, const CheckpointView& source, const 
 void audit_linears(const RecipePlan& plan, const RecipeParams& params, const CheckpointView& output,
                    const AuditCheck& check) {
   for (const Task& task : plan.tasks) {
-    const SourceTensor* weight = output.find(task.outputs[0].name);
-    if (!weight) continue; // counted by the key diff
-    const bool ignored = ignore_matches(task.name, params.ignore);
-    if (ignored) {
-      check("ignore-matched linears BF16", weight->spec.dtype == Dtype::BF16, weight->spec.name,
-            fmt::format("is {}", dtype_name(weight->spec.dtype)));
-      continue;
+    for (size_t linear = 0; linear < linear_count(task); ++linear) {
+      const SourceTensor* weight = output.find(task.outputs[linear_slots(task, linear).output].name);
+      if (!weight) continue; // counted by the key diff
+      if (ignore_matches(std::string(linear_module(task, linear)), params.ignore)) {
+        check("ignore-matched linears BF16", weight->spec.dtype == Dtype::BF16, weight->spec.name,
+              fmt::format("is {}", dtype_name(weight->spec.dtype)));
+        continue;
+      }
+      check("no BF16 linear outside the ignore rules", weight->spec.dtype != Dtype::BF16, weight->spec.name,
+            "is BF16 but matches no ignore entry");
     }
-    check("no BF16 linear outside the ignore rules", weight->spec.dtype != Dtype::BF16, weight->spec.name,
-          "is BF16 but matches no ignore entry");
   }
   for (const auto& t : output.tensors) {
     if (t.spec.dtype != Dtype::I8) continue;

@@ -33,6 +33,9 @@ class W8a8Int8Recipe : public Recipe {
 // module under vision).
 bool ignore_matches(const std::string& module, const std::vector<std::string>& ignore);
 
+// The module of linear `linear` of a W8A8 task (its weight's name without .weight).
+std::string_view linear_module(const Task& task, size_t linear);
+
 // The kind of a module for the report: its name without layer and expert numbers and
 // without the leading "layers." (layers.3.ffn.experts.7.w1 -> ffn.experts.w1).
 void module_kind(std::string_view module, std::string& kind); // into `kind`, reusing its buffer

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The real model's task count: `shardq fixture --shape real-count` (40 layers x 384 routed
-# experts + 3 MTP layers, Engram at layers 1 and 14, at hidden 64: ~50K expert projections,
-# each its own task) through both per-projection products on 2 ranks:
+# The real model's tensor count: `shardq fixture --shape real-count` (40 layers x 384 routed
+# experts + 3 MTP layers, Engram at layers 1 and 14, at hidden 64: ~50K expert projections)
+# through both per-projection products on 2 ranks (nvfp4-1017: each projection its own
+# task, ~46K; w8a8-int8: its tiny linears share tasks by kind and shape, ~640):
 #  1. w8a8-int8 and nvfp4-1017 (input scales from the real-count reference) run to the
 #     end, and `shardq verify` passes on both;
 #  2. the same command again answers "complete already", quickly;
@@ -88,7 +89,7 @@ echo "fixtures: $(seconds_since "$start") s; source $(du -sb "$WORK/src" | cut -
 experts=$(grep -o '"layers\.[0-9]*\.ffn\.experts\.[0-9]*\.w[123]\.weight"' "$WORK/src/model.safetensors.index.json" | wc -l)
 ((experts == 40 * 384 * 3)) || fail "the real-count fixture has $experts routed expert projections in its main layers, not 46080"
 
-# 1. W8A8 INT8: every expert projection (MTP included) is its own task.
+# 1. W8A8 INT8: every expert projection (MTP included) re-encoded, small ones sharing tasks.
 INT8=("$JOB_INT8" --src "$WORK/src")
 run_timed w8a8-int8 2 "$WORK/int8.log" "${INT8[@]}" --dst "$WORK/int8"
 verify_passes w8a8-int8 "$WORK/int8"
@@ -114,14 +115,14 @@ PY
 # 3. Killed after three quarters of its chunks, resumed on 2 ranks.
 CKPT="$WORK/killed/.shardq/checkpoint.h5"
 chunks=$(done_chunks "$WORK/int8/.shardq/checkpoint.h5" | wc -l)
-((chunks > 40000)) || fail "w8a8-int8 had only $chunks chunks"
+((chunks > 500)) || fail "w8a8-int8 had only $chunks chunks"
 killed_at=$((chunks * 3 / 4))
 start=$(now)
 rc=0
-# Paced to 1 ms a chunk (2 ranks x 2 threads: ~12 s for the plan). Unpaced, all the chunks
-# take under a second, inside the first save interval, and a kill at three quarters would
-# find nothing recorded yet, as the pacing allows.
-SHARDQ_TEST_CHUNK_DELAY_MS=1 SHARDQ_CRASH_AT=quantize:$killed_at run_shardq 2 "$WORK/killed.log" "${INT8[@]}" --dst "$WORK/killed" || rc=$?
+# Paced to 20 ms a chunk (2 ranks x 2 threads: ~3 s for the plan's ~640). Unpaced, all the
+# chunks take under a second, inside the first save interval, and a kill at three quarters
+# would find nothing recorded yet, as the pacing allows.
+SHARDQ_TEST_CHUNK_DELAY_MS=20 SHARDQ_CRASH_AT=quantize:$killed_at run_shardq 2 "$WORK/killed.log" "${INT8[@]}" --dst "$WORK/killed" || rc=$?
 grep -q "shardq: error" "$WORK/killed.log" && fail "the run failed instead of being killed: $(grep 'shardq: error' "$WORK/killed.log")"
 ((rc != 0)) || fail "the crash at quantize:$killed_at did not happen"
 killed_s=$(seconds_since "$start")

@@ -12,11 +12,12 @@ JOBINT8="$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml"
 make_fixture "$WORK/src"
 # One compute thread per rank and 5 ms a chunk: every run stays under way long enough for
 # its kill, the wall-clock one included.
-ARGS=("$JOBINT8" --src "$WORK/src" --set run.rows_per_chunk=64 --set run.threads=1)
+# 32 rows a chunk (FP8's scale block): ~580 chunks, small linears sharing tasks.
+ARGS=("$JOBINT8" --src "$WORK/src" --set run.rows_per_chunk=32 --set run.threads=1)
 run_shardq 0 "$WORK/ref.log" "${ARGS[@]}" --dst "$WORK/uninterrupted" || fail "uninterrupted run: $(tail -3 "$WORK/ref.log")"
 
 TOTAL_CHUNKS=$(done_chunks "$WORK/uninterrupted/.shardq/checkpoint.h5" | wc -l)
-((TOTAL_CHUNKS > 1000)) || fail "the uninterrupted run records $TOTAL_CHUNKS chunks; rows_per_chunk=64 gives over 1000"
+((TOTAL_CHUNKS > 500)) || fail "the uninterrupted run records $TOTAL_CHUNKS chunks; rows_per_chunk=32 gives over 500"
 
 DST="$WORK/out"
 CKPT="$DST/.shardq/checkpoint.h5"
@@ -28,7 +29,7 @@ assigned=0 # quantize assignments seen in the logs: the no-redo check is not vac
 # Save kills take a run's 2nd save: a run saves at its start and again just before its
 # first shard rename, so the 2nd comes before any finalization (a later one may come after
 # them all and leave the finalize kills nothing to kill).
-for spec in quantize:30 save:2 wall:1.0 quantize:300 quantize:400 save:2 finalize:1 finalize:1 index:1 config:1 report:1; do
+for spec in quantize:30 save:2 wall:1.0 quantize:100 quantize:150 save:2 finalize:1 finalize:1 index:1 config:1 report:1; do
   np=$((kills % 3))
   rc=0
   attempt=$((attempt + 1))
@@ -50,7 +51,7 @@ for spec in quantize:30 save:2 wall:1.0 quantize:300 quantize:400 save:2 finaliz
   fi
 done
 # Every crash point but the wall-clock kill (the run may end first) must have fired.
-for spec in quantize:30 save:2 quantize:300 quantize:400 finalize:1 index:1 config:1 report:1; do
+for spec in quantize:30 save:2 quantize:100 quantize:150 finalize:1 index:1 config:1 report:1; do
   [[ " ${killed_specs[*]} " == *" $spec "* ]] || fail "the kill at $spec did not happen (killed: ${killed_specs[*]})"
 done
 ((kills >= 10)) || fail "only $kills of the planned kills happened"

@@ -113,7 +113,7 @@ TEST(W8a8Plan, SameTasksAndEntriesWhateverTheShardOrder) {
     for (size_t i = count; i-- > 0;) body(i);
   };
   const RecipePlan reversed = W8a8Int8Recipe().plan({params, view, nullptr, {}, backwards});
-  ASSERT_EQ(in_order.tasks.size(), 15u); // 2 attention linears and 3 experts per shard
+  ASSERT_EQ(in_order.tasks.size(), 9u); // 2 attention linears and one task of 3 small experts per shard
   ASSERT_EQ(reversed.tasks.size(), in_order.tasks.size());
   for (size_t t = 0; t < in_order.tasks.size(); ++t) {
     EXPECT_EQ(reversed.tasks[t].name, in_order.tasks[t].name);
@@ -124,7 +124,21 @@ TEST(W8a8Plan, SameTasksAndEntriesWhateverTheShardOrder) {
   }
   EXPECT_EQ(in_order.tasks[0].name, "layers.0.attn.wq_a");
   EXPECT_EQ(in_order.tasks[0].codec, CodecKind::fp8_to_bf16);
-  EXPECT_EQ(in_order.tasks[14].name, "layers.2.ffn.experts.2.w1");
+  const Task& experts = in_order.tasks[8];
+  EXPECT_EQ(experts.name, "layers.2.ffn.experts.0.w1 and 2 more");
+  EXPECT_EQ(experts.codec, CodecKind::fp4_to_int8);
+  EXPECT_EQ(experts.stacked_tensors, 3u);
+  ASSERT_EQ(linear_count(experts), 3u);
+  for (size_t e = 0; e < 3; ++e) {
+    const std::string module = "layers.2.ffn.experts." + std::to_string(e) + ".w1";
+    const LinearSlots slots = linear_slots(experts, e);
+    EXPECT_EQ(experts.inputs[slots.weight], module + ".weight");
+    EXPECT_EQ(experts.inputs[slots.scale], module + ".scale");
+    EXPECT_EQ(experts.outputs[slots.output], (TensorSpec{module + ".weight", Dtype::I8, {32, 64}}));
+    ASSERT_TRUE(slots.output_scale);
+    EXPECT_EQ(experts.outputs[*slots.output_scale], (TensorSpec{module + ".weight_scale", Dtype::F32, {32, 1}}));
+    EXPECT_EQ(linear_module(experts, e), module);
+  }
   ASSERT_EQ(reversed.shards.size(), 3u);
   for (const auto& [shard, entries] : in_order.shards) {
     const auto& other = reversed.shards.at(shard);
@@ -138,6 +152,34 @@ TEST(W8a8Plan, SameTasksAndEntriesWhateverTheShardOrder) {
       }
     }
   }
+}
+
+// Small linears share a task only with their own kind and shape, up to a task's source
+// budget (256 KiB); one over the small limit (64 KiB) is a task of its own.
+TEST(W8a8Plan, SmallLinearsOfOneKindAndShapeShareATask) {
+  CheckpointView view;
+  view.dir = "/models/src";
+  view.shard_files = {"a.safetensors"};
+  const auto add_fp4 = [&](const std::string& module, uint64_t out, uint64_t packed_in) {
+    view.tensors.push_back({{module + ".weight", Dtype::I8, {out, packed_in}}, 0});
+    view.tensors.push_back({{module + ".scale", Dtype::F8_E8M0, {out, packed_in * 2 / 32}}, 0});
+  };
+  for (int e = 0; e < 13; ++e) { // 640 x 32 bytes + 640 x 2 scales: 21,760 bytes each, 12 a task
+    add_fp4("layers.0.ffn.experts." + std::to_string(e) + ".w1", 640, 32);
+    add_fp4("layers.0.ffn.experts." + std::to_string(e) + ".w2", 32, 640);
+  }
+  add_fp4("layers.0.ffn.shared_experts.w1", 640, 32); // the experts' shape, another kind
+  add_fp4("layers.0.ffn.experts.13.w1", 4096, 32);    // the kind, over the small limit
+  view.index();
+  RecipeParams params;
+  const RecipePlan plan = W8a8Int8Recipe().plan({params, view, nullptr, {}, {}});
+  std::vector<std::pair<std::string, size_t>> tasks;
+  for (const Task& task : plan.tasks) tasks.emplace_back(task.name, linear_count(task));
+  const std::vector<std::pair<std::string, size_t>> expected = {
+      {"layers.0.ffn.experts.0.w1 and 11 more", 12}, {"layers.0.ffn.experts.0.w2 and 11 more", 12},
+      {"layers.0.ffn.experts.12.w1", 1},             {"layers.0.ffn.experts.12.w2", 1},
+      {"layers.0.ffn.shared_experts.w1", 1},         {"layers.0.ffn.experts.13.w1", 1}};
+  EXPECT_EQ(tasks, expected);
 }
 
 std::string kind_of(std::string_view module) {

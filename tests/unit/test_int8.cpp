@@ -5,6 +5,7 @@
 // chunks (an FP8 32x32-block linear whose chunk starts at row 32, with a partial last
 // block; FP4 expert rows) against the source decoded here from docs/formats.md's rules
 // (E4M3 x E8M0, E2M1 x E8M0, low nibble = even column) and the reference quantizer.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "stages/stage_error.h"
 
 using namespace shardq;
+using ::testing::HasSubstr;
 
 namespace {
 
@@ -457,6 +459,58 @@ TEST(Int8Codec, Fp8BlockScaledChunkFromRow32) {
         std::memcpy(&zero_row_scale, out.buffers[1].data() + (40 - first) * 4, 4);
         EXPECT_EQ(zero_row_scale, 1.0f) << where;
       }
+    }
+  }
+}
+
+// Small linears of one shape share a task (codec.h LinearSlots): a chunk of three FP8
+// linears gives each linear's bytes in its slots, as three tasks of one would, and the sum
+// of their figures; the same for BF16 (one output a linear). A NaN code in the second
+// linear names that linear's tensor.
+TEST(Int8Codec, LinearsSharingATaskEncodeAsEachAlone) {
+  for (const CodecKind codec : {CodecKind::fp8_to_int8, CodecKind::fp8_to_bf16}) {
+    const Task one = int8_task(codec, 64, 96, true);
+    Task shared = one;
+    shared.inputs.clear();
+    shared.outputs.clear();
+    shared.input_row_groups.clear();
+    std::vector<Fp8Linear> linears;
+    for (int l = 0; l < 3; ++l) {
+      linears.push_back(random_fp8_linear(64, 96, 500u + uint32_t(l)));
+      const std::string module = "layers.0.ffn.experts." + std::to_string(l) + ".w1";
+      shared.inputs.insert(shared.inputs.end(), {module + ".weight", module + ".scale"});
+      for (TensorSpec spec : one.outputs) {
+        spec.name = module + spec.name.substr(one.name.size());
+        shared.outputs.push_back(spec);
+      }
+      shared.input_row_groups.insert(shared.input_row_groups.end(), {1, uint32_t(kFp8Block)});
+    }
+    shared.stacked_tensors = 3;
+    ASSERT_EQ(linear_count(shared), 3u);
+    std::vector<std::span<const uint8_t>> inputs;
+    for (const auto& l : linears) inputs.insert(inputs.end(), {l.codes, l.scales});
+    const CodecParams params;
+    const EncodeContext context{params, 0.0f, nullptr};
+    EncodedChunk got;
+    ASSERT_TRUE(encode_chunk(ChunkInput{shared, 0, 64, inputs, nullptr}, context, got, nullptr));
+    ChunkStats want_stats;
+    for (size_t l = 0; l < linears.size(); ++l) {
+      EncodedChunk alone;
+      ASSERT_TRUE(encode(one, 0, 64, linears[l].codes, linears[l].scales, alone));
+      const LinearSlots slots = linear_slots(shared, l);
+      EXPECT_EQ(got.buffers[slots.output], alone.buffers[0]) << codec_name(codec) << " linear " << l;
+      if (slots.output_scale) EXPECT_EQ(got.buffers[*slots.output_scale], alone.buffers[1]) << "linear " << l;
+      want_stats.merge(alone.stats);
+    }
+    EXPECT_EQ(got.buffers.size(), shared.outputs.size());
+    EXPECT_EQ(got.stats, want_stats) << codec_name(codec);
+    linears[1].codes[5 * 96 + 7] = 0x7F; // NaN
+    inputs[2] = linears[1].codes;
+    try {
+      encode_chunk(ChunkInput{shared, 0, 64, inputs, nullptr}, context, got, nullptr);
+      FAIL() << "a NaN code in a shared task went unnoticed";
+    } catch (const StageError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("layers.0.ffn.experts.1.w1.weight: row 5 column 7"));
     }
   }
 }
