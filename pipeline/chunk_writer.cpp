@@ -43,11 +43,12 @@ void ChunkWriter::stop() {
 }
 
 void ChunkWriter::push(std::vector<ChunkOut>& chunks) {
+  for (auto& chunk : chunks) chunk.size = chunk.bytes.size();
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return queued_bytes_ < kMaxQueuedBytes || failure_ || stopping_; });
   if (failure_) std::rethrow_exception(failure_);
   for (auto& chunk : chunks) {
-    queued_bytes_ += chunk.bytes.size();
+    queued_bytes_ += chunk.size;
     queue_.push_back(std::move(chunk));
   }
   chunks.clear();
@@ -57,10 +58,10 @@ void ChunkWriter::push(std::vector<ChunkOut>& chunks) {
 ChunkBytes ChunkWriter::recycled() {
   std::lock_guard lock(mutex_);
   if (free_.empty()) return {};
-  ChunkBytes bytes = std::move(free_.back());
+  auto [bytes, size] = std::move(free_.back());
   free_.pop_back();
-  free_bytes_ -= bytes.size();
-  return bytes;
+  free_bytes_ -= size;
+  return std::move(bytes);
 }
 
 void ChunkWriter::set_draining(bool draining) {
@@ -114,12 +115,12 @@ void ChunkWriter::run() {
       outputs_.write_chunks(writes);
       if (unsynced.empty()) sync_due = std::chrono::steady_clock::now() + kSyncDelay;
       for (auto& next : taken) {
-        unsynced_bytes += next.bytes.size();
+        unsynced_bytes += next.size;
         unsynced_shards.insert(plan_.tasks()[size_t(next.result.task)].shard);
         unsynced.push_back(next.result);
         // The bytes are in the file once written: their buffers go back to the workers now,
         // not at the sync (fresh buffers would cost page faults and zero-filling).
-        recycle(std::move(next.bytes));
+        recycle(std::move(next.bytes), next.size);
       }
       taken.clear();
       // A slow disk gets fewer, larger syncs; a fast one still no more than one per delay.
@@ -135,11 +136,11 @@ void ChunkWriter::run() {
   }
 }
 
-void ChunkWriter::recycle(ChunkBytes bytes) {
+void ChunkWriter::recycle(ChunkBytes bytes, uint64_t size) {
   std::lock_guard lock(mutex_);
-  if (free_bytes_ + bytes.size() > kFreeBytes) return;
-  free_bytes_ += bytes.size();
-  free_.push_back(std::move(bytes));
+  if (free_bytes_ + size > kFreeBytes) return;
+  free_bytes_ += size;
+  free_.emplace_back(std::move(bytes), size);
 }
 
 void ChunkWriter::make_durable(std::vector<ChunkResult>& unsynced, std::set<size_t>& unsynced_shards) {

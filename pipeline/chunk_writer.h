@@ -16,6 +16,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "pipeline/output_files.h"
@@ -33,6 +34,7 @@ struct ChunkBytes {
 struct ChunkOut {
   ChunkResult result;
   ChunkBytes bytes;
+  uint64_t size = 0; // bytes.size(), set by push: a shared task's chunk has hundreds of buffers to add up
 };
 
 class ChunkWriter {
@@ -60,7 +62,7 @@ class ChunkWriter {
  private:
   void run();
   // Keeps a written chunk's buffers for the workers (up to kFreeBytes of them).
-  void recycle(ChunkBytes bytes);
+  void recycle(ChunkBytes bytes, uint64_t size);
   // fsyncs the shards written since the last sync, then reports their chunks.
   void make_durable(std::vector<ChunkResult>& unsynced, std::set<size_t>& unsynced_shards);
 
@@ -71,7 +73,7 @@ class ChunkWriter {
   std::condition_variable changed_;
   std::vector<ChunkOut> queue_;
   uint64_t queued_bytes_ = 0;
-  std::vector<ChunkBytes> free_;
+  std::vector<std::pair<ChunkBytes, uint64_t>> free_; // and their sizes
   uint64_t free_bytes_ = 0;
   bool stopping_ = false;
   bool draining_ = false;
