@@ -145,22 +145,37 @@ void plan_task_inputs(Plan& plan) {
   });
 }
 
-// Each task output's offset in its shard, found by name once here (no chunk looks it up),
-// shard by shard on every core.
+// Each task output's offset in its shard, once here (no chunk looks it up): the layout's
+// tensors are the shard's entries in order, so an output's offset is its entry's (no
+// lookup by name). Shard by shard on every core; an output that no entry of its task's
+// shard plans, or that two entries do, is refused.
 void plan_task_outputs(Plan& plan) {
+  constexpr uint64_t kUnplanned = UINT64_MAX;
   plan.task_output_offsets.assign(plan.tasks().size(), {});
   parallel_for(plan.shards.size(), [&](size_t s) {
     const ShardPlan& shard = plan.shards[s];
+    for (size_t t : shard.tasks) plan.task_output_offsets[t].assign(plan.tasks()[t].outputs.size(), kUnplanned);
+    for (size_t e = 0; e < shard.entries.size(); ++e) {
+      const ShardEntry& entry = shard.entries[e];
+      if (entry.source != EntrySource::task_output) continue;
+      if (entry.task >= plan.tasks().size()) {
+        throw PipelineError(fmt::format("{}: entry '{}' names task {}, beyond the plan's {}", shard.file, entry.spec.name,
+                                        entry.task, plan.tasks().size()));
+      }
+      const Task& task = plan.tasks()[entry.task];
+      if (task.shard != s || entry.output >= task.outputs.size() || task.outputs[entry.output].name != entry.spec.name) {
+        throw PipelineError(fmt::format("{}: entry '{}' is not an output of task {} in this shard", shard.file, entry.spec.name, task.name));
+      }
+      uint64_t& offset = plan.task_output_offsets[entry.task][entry.output];
+      if (offset != kUnplanned) throw PipelineError(fmt::format("{}: task {} writes '{}' twice", shard.file, task.name, entry.spec.name));
+      offset = shard.layout.tensors[e].begin;
+    }
     for (size_t t : shard.tasks) {
-      const Task& task = plan.tasks()[t];
-      auto& task_offsets = plan.task_output_offsets[t];
-      task_offsets.reserve(task.outputs.size());
-      for (const auto& output : task.outputs) {
-        const io::TensorInfo* planned = shard.layout.find(output.name);
-        if (!planned) {
-          throw PipelineError(fmt::format("{}: task {} writes '{}', which the shard does not plan", shard.file, task.name, output.name));
-        }
-        task_offsets.push_back(planned->begin);
+      const auto& offsets = plan.task_output_offsets[t];
+      const auto missing = std::find(offsets.begin(), offsets.end(), kUnplanned);
+      if (missing != offsets.end()) {
+        throw PipelineError(fmt::format("{}: task {} writes '{}', which the shard does not plan", shard.file,
+                                        plan.tasks()[t].name, plan.tasks()[t].outputs[size_t(missing - offsets.begin())].name));
       }
     }
   });

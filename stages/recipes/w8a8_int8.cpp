@@ -22,7 +22,7 @@ constexpr uint64_t kFp8Block = 32;
 
 // A quantized linear of the source: <module>.weight with an E8M0 <module>.scale beside it.
 struct SourceLinear {
-  std::string module;
+  std::string_view module; // the weight's name without .weight (a view of the source view's name)
   const SourceTensor* weight = nullptr;
   const SourceTensor* scale = nullptr;
   bool fp4 = false;
@@ -33,9 +33,11 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
   const std::string& name = tensor.spec.name;
   if (name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) return std::nullopt;
   SourceLinear linear;
-  linear.module = name.substr(0, name.size() - 7);
-  if (linear.module.find("engram.embed") != std::string::npos) return std::nullopt; // a lookup table, kept
-  linear.scale = source.find_near(linear.module + ".scale", tensor);
+  linear.module = std::string_view(name).substr(0, name.size() - 7);
+  if (linear.module.find("engram.embed") != std::string_view::npos) return std::nullopt; // a lookup table, kept
+  thread_local std::string scale_name; // no heap string for each of 100K names
+  scale_name.assign(linear.module).append(".scale");
+  linear.scale = source.find_near(scale_name, tensor);
   if (!linear.scale || linear.scale->spec.dtype != Dtype::F8_E8M0) return std::nullopt;
   linear.weight = &tensor;
   const auto file = [&] { return (source.dir / source.shard_files[tensor.shard]).string(); }; // for messages only
@@ -81,7 +83,7 @@ CodecKind linear_codec(const SourceLinear& linear, bool ignored) {
 // A task for one linear; add_linear gives it more of the same shape.
 Task linear_task(const SourceLinear& linear, CodecKind codec, const RecipeParams& params, size_t index) {
   Task task;
-  task.name = linear.module;
+  task.name = std::string(linear.module);
   task.codec = codec;
   task.rows = linear.out;
   task.cols = int(linear.in);
@@ -100,7 +102,7 @@ void add_linear(Task& task, const SourceLinear& linear) {
     task.outputs.push_back({linear.weight->spec.name, Dtype::BF16, {linear.out, linear.in}});
   } else {
     task.outputs.push_back({linear.weight->spec.name, Dtype::I8, {linear.out, linear.in}});
-    task.outputs.push_back({linear.module + ".weight_scale", Dtype::F32, {linear.out, 1}});
+    task.outputs.push_back({std::string(linear.module) + ".weight_scale", Dtype::F32, {linear.out, 1}});
   }
   if (!linear.fp4) {
     task.input_row_groups.push_back(1);
@@ -130,10 +132,10 @@ std::string_view linear_module(const Task& task, size_t linear) {
   return weight;
 }
 
-bool ignore_matches(const std::string& module, const std::vector<std::string>& ignore) {
+bool ignore_matches(std::string_view module, const std::vector<std::string>& ignore) {
   for (const auto& entry : ignore) {
     if (entry.empty()) continue;
-    for (size_t at = module.find(entry); at != std::string::npos; at = module.find(entry, at + 1)) {
+    for (size_t at = module.find(entry); at != std::string_view::npos; at = module.find(entry, at + 1)) {
       const bool starts = at == 0 || module[at - 1] == '.';
       const size_t end = at + entry.size();
       const bool ends = entry.back() == '.' || end == module.size() || module[end] == '.';
@@ -333,7 +335,7 @@ void audit_linears(const RecipePlan& plan, const RecipeParams& params, const Che
     for (size_t linear = 0; linear < linear_count(task); ++linear) {
       const SourceTensor* weight = output.find(task.outputs[linear_slots(task, linear).output].name);
       if (!weight) continue; // counted by the key diff
-      if (ignore_matches(std::string(linear_module(task, linear)), params.ignore)) {
+      if (ignore_matches(linear_module(task, linear), params.ignore)) {
         check("ignore-matched linears BF16", weight->spec.dtype == Dtype::BF16, weight->spec.name,
               fmt::format("is {}", dtype_name(weight->spec.dtype)));
         continue;

@@ -31,7 +31,7 @@ class W8a8Int8Recipe : public Recipe {
 // entry occurs in the dotted name on component boundaries ("attn.wkv" matches
 // "layers.3.attn.wkv" but not "layers.3.attn.compressor.wkv"; "vision." matches every
 // module under vision).
-bool ignore_matches(const std::string& module, const std::vector<std::string>& ignore);
+bool ignore_matches(std::string_view module, const std::vector<std::string>& ignore);
 
 // The module of linear `linear` of a W8A8 task (its weight's name without .weight).
 std::string_view linear_module(const Task& task, size_t linear);
