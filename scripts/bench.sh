@@ -368,9 +368,11 @@ bench_int8_many() {
 }
 
 # The fixed costs of int8_many, in process: make_plan for jobs/demo-w8a8-int8.toml on its
-# real-count fixture (49,916 tasks; headers, index, recipe, layouts, fingerprint), and the
-# output index rendered from that plan (on its own thread during a run). Wall time, both
-# cores (the plan's own threads use the second); medians of BENCH_REPETITIONS (default 5).
+# real-count fixture (~100K tensors, 638 tasks; headers, index, recipe, layouts,
+# fingerprint), its first steps apart (the source index; the index and every shard header,
+# read together), and the output index rendered from that plan (on its own thread during a
+# run). Wall time, both cores (the plan's own threads use the second); medians of
+# BENCH_REPETITIONS (default 5).
 bench_plan() {
   local json
   json=$(mktemp)
@@ -382,8 +384,10 @@ bench_plan() {
 import json, sys
 runs = {b["run_name"].split("/")[0]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
 plan, index = runs["BM_plan_int8_real_count"], runs["BM_output_index_int8_real_count"]
-print(f"make_plan (w8a8-int8, real-count): {plan['real_time']:7.1f} ms for {plan['tasks']:.0f} tasks "
-      f"({plan['real_time'] * 1e3 / plan['tasks']:.2f} us a task)")
+source_index, view = runs["BM_read_index_real_count"], runs["BM_checkpoint_view_real_count"]
+print(f"make_plan (w8a8-int8, real-count): {plan['real_time']:7.1f} ms for {plan['tasks']:.0f} tasks")
+print(f"  the source index alone:          {source_index['real_time']:7.1f} ms for {source_index['names']:.0f} names")
+print(f"  index and shard headers (view):  {view['real_time']:7.1f} ms for {view['tensors']:.0f} tensors")
 print(f"output index from the plan:        {index['real_time']:7.1f} ms for {index['names']:.0f} names")
 PY
   rm -f "$json"

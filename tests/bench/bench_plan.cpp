@@ -1,9 +1,10 @@
 // The fixed cost a many-tensor run pays before its first chunk and beside its chunks:
-// make_plan (headers, index, recipe, layouts, fingerprint) and the output index rendered
-// from the plan, for jobs/demo-w8a8-int8.toml on the real-count fixture (40 layers x 384
-// routed experts: ~100K source tensors, 49,916 tasks). The fixture is written once at
-// SHARDQ_BENCH_PLAN_DIR (default /tmp/shardq_bench_plan/src) and kept for later runs;
-// headers are read warm. One core's figure: the plan's own threads take the other.
+// make_plan (headers, index, recipe, layouts, fingerprint), its first steps apart, and the
+// output index rendered from the plan, for jobs/demo-w8a8-int8.toml on the real-count
+// fixture (40 layers x 384 routed experts: ~100K source tensors; 638 tasks, small linears
+// sharing them). The fixture is written once at SHARDQ_BENCH_PLAN_DIR (default
+// /tmp/shardq_bench_plan/src) and kept for later runs; headers are read warm. One core's
+// figure: the plan's own threads take the other.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
