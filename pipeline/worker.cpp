@@ -295,7 +295,7 @@ void Worker::read_batch(ReadBatch& batch) const {
   for (auto& read : batch) {
     if (read.rows) plan_reads(read.item, *read.rows, pieces);
   }
-  io::for_each_read_run(pieces, std::span(gap), [](const io::Reader* reader, uint64_t offset, std::span<const std::span<uint8_t>> run) {
+  io::for_each_near_run(pieces, std::span(gap), [](const io::Reader* reader, uint64_t offset, std::span<const std::span<uint8_t>> run) {
     reader->read_gathered(offset, run);
   });
 }

@@ -45,7 +45,7 @@ TEST(ContiguousRuns, NothingToTransferMakesNoCall) {
   EXPECT_EQ(calls, 0);
 }
 
-// for_each_read_run: stretches at most gap.size() apart join one run, the bytes between
+// for_each_near_run: stretches at most gap.size() apart join one run, the bytes between
 // them read into the gap scratch. Read through it from a model of two files, every
 // transfer gets its own bytes; the calls are the stretches farther apart.
 TEST(ContiguousRuns, ReadRunsJoinNearStretchesThroughTheGap) {
@@ -58,7 +58,7 @@ TEST(ContiguousRuns, ReadRunsJoinNearStretchesThroughTheGap) {
   std::vector<Transfer<int, uint8_t>> transfers = {{1, 27, c}, {1, 17, b}, {0, 40, e}, {1, 10, a}, {0, 0, d}};
   std::vector<uint8_t> gap(4, 0xEE);
   std::vector<std::pair<int, uint64_t>> calls;
-  for_each_read_run(transfers, std::span(gap), [&](int file, uint64_t offset, std::span<const std::span<uint8_t>> pieces) {
+  for_each_near_run(transfers, std::span(gap), [&](int file, uint64_t offset, std::span<const std::span<uint8_t>> pieces) {
     calls.emplace_back(file, offset);
     uint64_t at = offset;
     for (const auto& piece : pieces) {
