@@ -220,11 +220,6 @@ std::string_view codec_name(CodecKind codec) {
   return "?";
 }
 
-bool is_linear_codec(CodecKind codec) {
-  return codec == CodecKind::fp8_to_int8 || codec == CodecKind::fp4_to_int8 || codec == CodecKind::fp8_to_bf16 ||
-         codec == CodecKind::fp4_to_bf16;
-}
-
 size_t linear_count(const Task& task) { return task.inputs.size() / 2; }
 
 LinearSlots linear_slots(const Task& task, size_t linear) {

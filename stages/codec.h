@@ -43,7 +43,6 @@ struct LinearSlots {
   size_t output = 0;            // the re-encoded weight
   std::optional<size_t> output_scale; // INT8 only
 };
-bool is_linear_codec(CodecKind codec);
 size_t linear_count(const Task& task);
 LinearSlots linear_slots(const Task& task, size_t linear);
 

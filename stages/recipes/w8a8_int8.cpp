@@ -175,20 +175,27 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   std::vector<std::vector<Task>> shard_tasks(source.shard_files.size());
   run_each(inputs.for_each, shard_tasks.size(), [&](size_t shard) {
     std::vector<Task>& tasks = shard_tasks[shard];
-    std::map<ShareKey, std::pair<size_t, uint64_t>> open; // small linears' task taking more, and its source bytes
+    // Per share key: the task small linears join, and its source bytes so far. A key's
+    // first linear finds it full, and opens a task.
+    std::map<ShareKey, std::pair<size_t, uint64_t>> open;
     std::string kind;
     for (size_t t = starts[shard]; t < starts[shard + 1]; ++t) {
       const auto linear = find_linear(source, source.tensors[t]);
       if (!linear) continue;
       const CodecKind codec = linear_codec(*linear, ignore_matches(linear->module, inputs.params.ignore));
       const uint64_t bytes = source_bytes(*linear);
-      size_t task = tasks.size();
+      size_t task = tasks.size(); // a new one, unless a small linear joins its key's task
       if (bytes <= kSmallLinearBytes) {
         module_kind(linear->module, kind);
-        auto [it, fresh] = open.try_emplace(ShareKey{kind, codec, linear->out, linear->in}, task, 0);
-        if (!fresh && it->second.second + bytes <= kTaskSourceBytes) task = it->second.first;
-        else it->second = {task, 0};
-        it->second.second += bytes;
+        auto& [open_task, open_bytes] =
+            open.try_emplace(ShareKey{kind, codec, linear->out, linear->in}, task, kTaskSourceBytes).first->second;
+        if (open_bytes + bytes <= kTaskSourceBytes) {
+          task = open_task;
+        } else {
+          open_task = task;
+          open_bytes = 0;
+        }
+        open_bytes += bytes;
       }
       if (task == tasks.size()) tasks.push_back(linear_task(*linear, codec, inputs.params, task));
       const LinearSlots slots = linear_slots(tasks[task], linear_count(tasks[task]));

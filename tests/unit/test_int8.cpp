@@ -499,7 +499,9 @@ TEST(Int8Codec, LinearsSharingATaskEncodeAsEachAlone) {
       ASSERT_TRUE(encode(one, 0, 64, linears[l].codes, linears[l].scales, alone));
       const LinearSlots slots = linear_slots(shared, l);
       EXPECT_EQ(got.buffers[slots.output], alone.buffers[0]) << codec_name(codec) << " linear " << l;
-      if (slots.output_scale) EXPECT_EQ(got.buffers[*slots.output_scale], alone.buffers[1]) << "linear " << l;
+      if (slots.output_scale) {
+        EXPECT_EQ(got.buffers[*slots.output_scale], alone.buffers[1]) << "linear " << l;
+      }
       want_stats.merge(alone.stats);
     }
     EXPECT_EQ(got.buffers.size(), shared.outputs.size());
