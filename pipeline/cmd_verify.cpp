@@ -327,11 +327,11 @@ void verify_linear(const Plan& plan, const Task& task, AuditReaders& readers, Au
   const io::Reader& source = readers.source_of(plan, task);
   const io::Reader& output = readers.output_of(plan, task);
   const bool fp4 = task.codec == CodecKind::fp4_to_int8 || task.codec == CodecKind::fp4_to_bf16;
-  const bool int8 = task.codec == CodecKind::fp8_to_int8 || task.codec == CodecKind::fp4_to_int8;
   std::vector<uint8_t> codes, scales, out, out_scales;
   const uint64_t step = kVerifyRows / 32 * 32; // whole FP8 scale blocks
   for (size_t linear = 0; linear < linear_count(task); ++linear) {
     const LinearSlots slots = linear_slots(task, linear);
+    const bool int8 = slots.output_scale.has_value(); // else BF16
     const std::string& weight = task.inputs[slots.weight];
     const std::string& output_weight = task.outputs[slots.output].name;
     VerifyCounts counts;

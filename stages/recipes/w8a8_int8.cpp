@@ -94,21 +94,24 @@ Task linear_task(const SourceLinear& linear, CodecKind codec, const RecipeParams
   return task;
 }
 
-// Appends a linear's inputs and outputs in slot order (linear_slots).
-void add_linear(Task& task, const SourceLinear& linear) {
+// Appends a linear's inputs and outputs in slot order, and returns its slots
+// (linear_slots: whether it has an output scale is the codec's, decided there).
+LinearSlots add_linear(Task& task, const SourceLinear& linear) {
+  const LinearSlots slots = linear_slots(task, linear_count(task));
   task.inputs.push_back(linear.weight->spec.name);
   task.inputs.push_back(linear.scale->spec.name);
-  if (task.codec == CodecKind::fp8_to_bf16 || task.codec == CodecKind::fp4_to_bf16) {
-    task.outputs.push_back({linear.weight->spec.name, Dtype::BF16, {linear.out, linear.in}});
-  } else {
+  if (slots.output_scale) {
     task.outputs.push_back({linear.weight->spec.name, Dtype::I8, {linear.out, linear.in}});
     task.outputs.push_back({std::string(linear.module) + ".weight_scale", Dtype::F32, {linear.out, 1}});
+  } else {
+    task.outputs.push_back({linear.weight->spec.name, Dtype::BF16, {linear.out, linear.in}});
   }
   if (!linear.fp4) {
     task.input_row_groups.push_back(1);
     task.input_row_groups.push_back(uint32_t(kFp8Block));
   }
   task.stacked_tensors = uint32_t(linear_count(task));
+  return slots;
 }
 
 // What small linears must share to share a task.
@@ -198,8 +201,7 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
         open_bytes += bytes;
       }
       if (task == tasks.size()) tasks.push_back(linear_task(*linear, codec, inputs.params, task));
-      const LinearSlots slots = linear_slots(tasks[task], linear_count(tasks[task]));
-      add_linear(tasks[task], *linear);
+      const LinearSlots slots = add_linear(tasks[task], *linear);
       task_of_input[position(*linear->weight)] = task_of_input[position(*linear->scale)] = task;
       output_of_input[position(*linear->weight)] = uint32_t(slots.output);
       if (slots.output_scale) output_of_input[position(*linear->scale)] = uint32_t(*slots.output_scale);
