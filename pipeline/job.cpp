@@ -1,6 +1,7 @@
 #include "pipeline/job.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "pipeline/pipeline_error.h"
+#include "stages/recipes/recipe.h"
 
 namespace shardq {
 namespace {
@@ -80,8 +82,10 @@ void read_string_list(const toml::table& root, const char* section, const char* 
 
 void validate(const Job& job) {
   auto fail = [&](const std::string& what) { throw PipelineError(fmt::format("{}: {}", job.source_file, what)); };
-  const std::vector<std::string> recipes = {"engram-nvfp4", "nvfp4-1017", "w8a8-int8"};
-  if (std::find(recipes.begin(), recipes.end(), job.recipe) == recipes.end()) fail("job.recipe must be one of engram-nvfp4, nvfp4-1017, w8a8-int8, not '" + job.recipe + "'");
+  const std::vector<std::string> recipes = recipe_names();
+  if (std::find(recipes.begin(), recipes.end(), job.recipe) == recipes.end()) {
+    fail(fmt::format("job.recipe must be one of {}, not '{}'", fmt::join(recipes, ", "), job.recipe));
+  }
   const std::vector<std::string> methods = {"rtn", "mse", "gptq", "gptq-mse"};
   if (std::find(methods.begin(), methods.end(), job.method) == methods.end()) fail("quant.method must be rtn, mse, gptq or gptq-mse, not '" + job.method + "'");
   if (job.src.empty()) fail("job.src is empty (set it or pass --src)");

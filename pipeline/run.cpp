@@ -26,6 +26,7 @@
 #include "pipeline/worker.h"
 #include "stages/factors.h"
 #include "stages/codec.h"
+#include "stages/recipes/recipe.h"
 
 namespace shardq {
 namespace {
@@ -242,20 +243,23 @@ std::vector<RankInfo> gather_rank_info(const Link& link, int threads) {
   return ranks;
 }
 
-// The heap a plan of this source takes at the run's peak, from the size of its index (every
-// tensor's name): ~32x on the real-count fixture (7.8 MB of index, ~250 MB of heap). Smaller
-// jobs reserve nothing (they fault in little); the largest stop at kMaxHeapReserve.
-constexpr uint64_t kHeapPerIndexByte = 32;
+// The heap a plan of this source takes at the run's peak, from the size of its index and what
+// the recipe makes of each tensor (Recipe::plan_heap_per_index_byte). Jobs that would fault
+// in little reserve nothing; the largest stop at kMaxHeapReserve. Populating ahead pays only
+// for a large plan: on the real-count fixture it saved nvfp4-1017's run (a task per expert)
+// 50-80 ms and cost w8a8-int8's (small linears share tasks) ~30 ms.
 constexpr uint64_t kMinHeapReserve = uint64_t(64) << 20;
 constexpr uint64_t kMaxHeapReserve = uint64_t(1) << 30;
 
 // Started before the plan, which the memory is for (RunArgs::reserve_heap).
 std::jthread reserve_plan_heap(const RunArgs& args, const Job& job) {
   if (!args.reserve_heap) return {};
+  const uint64_t heap_per_index_byte = make_recipe(job.recipe)->plan_heap_per_index_byte();
+  if (heap_per_index_byte == 0) return {};
   std::error_code error;
   const uint64_t index_bytes = std::filesystem::file_size(std::filesystem::path(job.src) / io::kIndexFileName, error);
   if (error) return {}; // make_plan names the missing index
-  const uint64_t bytes = std::min(index_bytes * kHeapPerIndexByte, kMaxHeapReserve);
+  const uint64_t bytes = std::min(index_bytes * heap_per_index_byte, kMaxHeapReserve);
   return bytes < kMinHeapReserve ? std::jthread() : args.reserve_heap(bytes);
 }
 

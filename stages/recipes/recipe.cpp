@@ -1,6 +1,7 @@
 #include "stages/recipes/recipe.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -111,7 +112,7 @@ std::unique_ptr<Recipe> make_recipe(std::string_view name) {
   if (name == "engram-nvfp4") return std::make_unique<EngramNvfp4Recipe>();
   if (name == "nvfp4-1017") return std::make_unique<Nvfp4_1017Recipe>();
   if (name == "w8a8-int8") return std::make_unique<W8a8Int8Recipe>();
-  throw StageError(fmt::format("unknown recipe '{}' (available: engram-nvfp4, nvfp4-1017, w8a8-int8)", name));
+  throw StageError(fmt::format("unknown recipe '{}' (available: {})", name, fmt::join(recipe_names(), ", ")));
 }
 
 } // namespace shardq

@@ -186,6 +186,10 @@ class Recipe {
   virtual void audit(const RecipePlan& plan, const RecipeParams& params, const CheckpointView& source,
                      const CheckpointView& output, const AuditCheck& check) const;
   std::string report_file() const { return std::string(name()) + ".json"; }
+  // The heap its plan takes at a run's peak per byte of the source index (the index holds
+  // every tensor's name, so it scales with them), for the run to populate ahead of the
+  // plan; 0 where the plan is small enough to fault in as it grows.
+  virtual uint64_t plan_heap_per_index_byte() const { return 0; }
 };
 
 // The recipe named by job.recipe; StageError for an unknown name (listing the known ones).
