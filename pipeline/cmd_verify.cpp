@@ -233,14 +233,10 @@ Job verify_job(const VerifyArgs& args) {
 void verify_index(const Plan& plan, AuditReaders& readers, Audit& audit) {
   const io::ShardIndex index = io::read_index(plan.dst / io::kIndexFileName);
   audit.check("index as planned", index == output_index(plan), std::string(io::kIndexFileName), "differs from the plan");
-  const auto& weight_map = index.weight_map;
   std::unordered_map<std::string_view, std::string> shard_of;
-  std::set<std::string> files;
-  for (const auto& [name, file] : weight_map) {
-    shard_of.emplace(name, file);
-    files.insert(file);
-  }
-  std::unordered_map<std::string, int> seen;
+  const std::set<std::string> files(index.shard_files().begin(), index.shard_files().end());
+  for (const auto& [name, file] : index.entries()) shard_of.emplace(name, file);
+  std::unordered_map<std::string_view, int> seen;
   for (const auto& file : files) {
     const auto path = plan.dst / file;
     bool whole = std::filesystem::exists(path);
@@ -261,8 +257,8 @@ void verify_index(const Plan& plan, AuditReaders& readers, Audit& audit) {
     }
     audit.check("shard headers match files", whole, file, "missing in dst");
   }
-  for (const auto& [name, file] : weight_map) {
-    audit.check("index closed", seen[name] == 1, name, fmt::format("held by {} shards, 1 expected", seen[name]));
+  for (const auto& [name, file] : index.entries()) {
+    audit.check("index closed", seen[name] == 1, std::string(name), fmt::format("held by {} shards, 1 expected", seen[name]));
   }
 }
 
@@ -408,7 +404,9 @@ void verify_reference_layout(const Plan& plan, const Job& job, AuditReaders& rea
   const CheckpointView reference = read_checkpoint_view(job.input_scales_from);
   const auto skipped = [&](const std::string& name) { return !job.keep_mtp && name.rfind("mtp.", 0) == 0 && name.find(".ffn.experts.") != std::string::npos; };
   std::set<std::string> output_names;
-  for (const auto& [name, file] : io::read_index(plan.dst / io::kIndexFileName).weight_map) {
+  const io::ShardIndex index = io::read_index(plan.dst / io::kIndexFileName);
+  for (const auto& [entry_name, file] : index.entries()) {
+    const std::string name(entry_name);
     if (skipped(name)) continue;
     output_names.insert(name);
     const auto* tensor = readers.output.get(file).find(name);

@@ -414,28 +414,24 @@ io::ShardIndex output_index(const Plan& plan) {
 
   // Every name in the order it is first met: the index's, then a changed shard's entries
   // not met through it (those placed at a source tensor the index named are).
-  std::string_view last_file; // the index's names come shard by shard: its last file's shard
-  size_t last_shard = plan.shards.size();
-  const auto shard_of = [&](const std::string& file) {
-    if (file != last_file) {
-      last_file = file;
-      last_shard = plan.shards.size();
-      for (size_t s = 0; s < plan.shards.size(); ++s) {
-        if (plan.shards[s].file == file) last_shard = s;
-      }
+  std::vector<size_t> plan_shard_of_file(plan.source_index.shard_files().size(), plan.shards.size());
+  for (size_t f = 0; f < plan_shard_of_file.size(); ++f) {
+    const std::string& file = plan.source_index.shard_files()[f];
+    for (size_t s = 0; s < plan.shards.size(); ++s) {
+      if (plan.shards[s].file == file) plan_shard_of_file[f] = s;
     }
-    return last_shard;
-  };
+  }
   std::vector<uint8_t> met(sources, 0);
-  const auto add = [&](std::string_view name, const std::string& file) { index.weight_map.emplace_back(name, file); };
-  index.weight_map.reserve(plan.source_index.weight_map.size() + placed.size());
-  for (const auto& [name, file] : plan.source_index.weight_map) {
-    const size_t source = position_of(name, shard_of(file));
+  std::vector<std::pair<std::string_view, std::string_view>> map; // (tensor, shard), views into the plan
+  map.reserve(plan.source_index.size() + placed.size());
+  for (size_t i = 0; i < plan.source_index.size(); ++i) {
+    const auto [name, file] = plan.source_index[i];
+    const size_t source = position_of(name, plan_shard_of_file[plan.source_index.shard_number(i)]);
     if (source != kMissing && plan.shards[plan.source.tensors[source].shard].changed) {
       met[source] = 1;
-      for (size_t i = first[source]; i < first[source + 1]; ++i) add(by_source[i], file);
+      for (size_t j = first[source]; j < first[source + 1]; ++j) map.emplace_back(by_source[j], file);
     } else {
-      add(name, file);
+      map.emplace_back(name, file);
     }
   }
   size_t entry = 0;
@@ -446,21 +442,19 @@ io::ShardIndex output_index(const Plan& plan) {
     }
     for (const auto& planned : shard.entries) {
       const size_t from = entry_from[entry++];
-      if (from == kMissing || !met[from]) add(planned.spec.name, shard.file);
+      if (from == kMissing || !met[from]) map.emplace_back(planned.spec.name, shard.file);
     }
   }
-  auto& map = index.weight_map;
   NameIndex first_met;
-  const auto repeated = first_met.build(map.size(), [&](size_t i) -> std::string_view { return map[i].first; });
+  const auto repeated = first_met.build(map.size(), [&](size_t i) { return map[i].first; });
   std::vector<uint8_t> drop(map.size(), 0);
   for (size_t i : repeated) drop[i] = 1;
-  size_t kept = 0;
+  size_t name_bytes = 0;
+  for (const auto& [name, file] : map) name_bytes += name.size();
+  index.reserve(map.size() - repeated.size(), name_bytes);
   for (size_t i = 0; i < map.size(); ++i) {
-    if (drop[i]) continue;
-    if (kept != i) map[kept] = std::move(map[i]);
-    ++kept;
+    if (!drop[i]) index.add(map[i].first, map[i].second);
   }
-  map.resize(kept);
   return index;
 }
 

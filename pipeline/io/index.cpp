@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <set>
 
 #include "pipeline/io/atomic_file.h"
 #include "pipeline/io/config.h"
@@ -42,9 +41,15 @@ bool read_metadata(PlainJson& json, ShardIndex& index) {
   });
 }
 
-bool tensors_unique(const ShardIndex& index) {
+// Entries naming a tensor already named by an entry before them.
+std::vector<size_t> repeated_tensors(const ShardIndex& index) {
   NameIndex tensors;
-  return tensors.build(index.weight_map.size(), [&](size_t i) -> std::string_view { return index.weight_map[i].first; }).empty();
+  return tensors.build(index.size(), [&](size_t i) { return index.tensor(i); });
+}
+
+// Each distinct shard name, checked once, with the first entry that names it for the message.
+void check_shard_names(const ShardIndex& index, const std::filesystem::path& index_file) {
+  for (size_t i : index.first_entries()) check_shard_name(index.shard(i), index_file, index.tensor(i));
 }
 
 // Appends a JSON string literal (quoted, escaped as dump() escapes it; IoError on invalid UTF-8).
@@ -63,7 +68,7 @@ void append_quoted(std::string& out, std::string_view text, const std::filesyste
 std::optional<ShardIndex> read_simple_index(std::string_view text) {
   PlainJson json(text);
   ShardIndex index;
-  index.weight_map.reserve(size_t(std::count(text.begin(), text.end(), ':'))); // at least one per entry
+  index.reserve(size_t(std::count(text.begin(), text.end(), ':')), text.size()); // at least one ':' per entry
   bool seen_metadata = false, seen_weight_map = false;
   const bool read = json.object([&](std::string_view key) {
     if (key == "metadata" && !seen_metadata) {
@@ -74,11 +79,11 @@ std::optional<ShardIndex> read_simple_index(std::string_view text) {
     seen_weight_map = true;
     return json.object([&](std::string_view tensor) {
       const auto shard = json.string();
-      if (shard) index.weight_map.emplace_back(tensor, *shard);
+      if (shard) index.add(tensor, *shard);
       return shard.has_value();
     });
   });
-  if (!read || !seen_weight_map || !json.at_end() || !tensors_unique(index)) return std::nullopt;
+  if (!read || !seen_weight_map || !json.at_end() || !repeated_tensors(index).empty()) return std::nullopt;
   return index;
 }
 
@@ -103,25 +108,52 @@ ShardIndex read_index_dom(std::string_view text, const std::filesystem::path& in
   if (weight_map == json.end() || !weight_map->is_object()) throw IoError(fmt::format("{}: no weight_map object", label));
   for (const auto& [tensor, shard] : weight_map->items()) {
     if (!shard.is_string()) throw IoError(fmt::format("{}: weight_map entry '{}' is {}, not a file name", label, tensor, shard.dump()));
-    index.weight_map.emplace_back(tensor, shard.get<std::string>());
+    index.add(tensor, shard.get_ref<const std::string&>());
   }
   return index;
 }
 
-std::vector<std::string> ShardIndex::shard_files() const {
-  std::vector<std::string> files;
-  std::set<std::string_view> seen;
-  for (const auto& [tensor, shard] : weight_map) {
-    if (seen.insert(shard).second) files.push_back(shard);
+void ShardIndex::reserve(size_t entries, size_t name_bytes) {
+  slots_.reserve(entries);
+  names_.reserve(name_bytes);
+}
+
+void ShardIndex::add(std::string_view tensor, std::string_view shard) {
+  // Entries come shard by shard in most indexes: the last entry's shard first.
+  uint32_t number = slots_.empty() ? 0 : slots_.back().shard;
+  if (slots_.empty() || shards_[number] != shard) {
+    const auto [found, added] = shard_numbers_.try_emplace(std::string(shard), uint32_t(shards_.size()));
+    if (added) shards_.emplace_back(shard);
+    number = found->second;
   }
-  return files;
+  slots_.push_back({names_.size(), uint32_t(tensor.size()), number});
+  names_.append(tensor);
+}
+
+std::vector<size_t> ShardIndex::first_entries() const {
+  std::vector<size_t> first(shards_.size(), size());
+  for (size_t i = size(); i-- > 0;) first[slots_[i].shard] = i;
+  return first;
+}
+
+std::string_view ShardIndex::tensor(size_t entry) const {
+  const Slot& slot = slots_[entry];
+  return std::string_view(names_).substr(slot.offset, slot.length);
 }
 
 const std::string* ShardIndex::shard_of(std::string_view tensor) const {
-  for (const auto& [name, shard] : weight_map) {
-    if (name == tensor) return &shard;
+  for (size_t i = 0; i < size(); ++i) {
+    if (this->tensor(i) == tensor) return &shard(i);
   }
   return nullptr;
+}
+
+bool ShardIndex::operator==(const ShardIndex& other) const {
+  if (total_size != other.total_size || extra_metadata != other.extra_metadata || size() != other.size()) return false;
+  for (size_t i = 0; i < size(); ++i) {
+    if (tensor(i) != other.tensor(i) || shard(i) != other.shard(i)) return false;
+  }
+  return true;
 }
 
 void check_shard_name(std::string_view shard, const std::filesystem::path& index_file, std::string_view tensor) {
@@ -143,15 +175,15 @@ ShardIndex read_index(const std::filesystem::path& index_file) {
   const std::string text = read_file_bounded(index_file, kMaxJsonFileBytes);
   auto simple = read_simple_index(text);
   ShardIndex index = simple ? std::move(*simple) : read_index_dom(text, index_file);
-  for (const auto& [tensor, shard] : index.weight_map) check_shard_name(shard, index_file, tensor);
+  check_shard_names(index, index_file);
   return index;
 }
 
 void validate_shards(const std::filesystem::path& index_file, const ShardIndex& index) {
   const std::filesystem::path folder = index_file.parent_path();
-  std::set<std::string_view> checked;
-  for (const auto& [tensor, shard] : index.weight_map) {
-    if (!checked.insert(shard).second) continue;
+  for (size_t i : index.first_entries()) {
+    const std::string& shard = index.shard(i);
+    const std::string_view tensor = index.tensor(i);
     check_shard_name(shard, index_file, tensor);
     std::error_code ec;
     if (!std::filesystem::is_regular_file(folder / shard, ec)) {
@@ -182,22 +214,22 @@ std::string index_text(const std::filesystem::path& index_file, const ShardIndex
   // dump(2) of the inner object indents by its own depth; one level deeper here.
   for (size_t at = text.find('\n', 2); at != std::string::npos; at = text.find('\n', at + 1)) text.insert(at + 1, "  ");
   text += ",\n  \"weight_map\": {";
-  const auto& map = index.weight_map;
-  NameIndex tensors;
-  const auto repeated = tensors.build(map.size(), [&](size_t i) -> std::string_view { return map[i].first; });
+  const auto repeated = repeated_tensors(index);
   if (!repeated.empty()) {
-    throw IoError(fmt::format("{}: weight_map names tensor '{}' twice", index_file.string(), map[repeated.front()].first));
+    throw IoError(fmt::format("{}: weight_map names tensor '{}' twice", index_file.string(), index.tensor(repeated.front())));
   }
-  text.reserve(text.size() + map.size() * 96);
-  for (size_t i = 0; i < map.size(); ++i) {
-    const auto& [tensor, shard] = map[i];
-    check_shard_name(shard, index_file, tensor);
+  check_shard_names(index, index_file);
+  // Each shard's quoted name once, then copied in after each tensor.
+  std::vector<std::string> quoted_shards(index.shard_files().size());
+  for (size_t s = 0; s < quoted_shards.size(); ++s) append_quoted(quoted_shards[s], index.shard_files()[s], index_file);
+  text.reserve(text.size() + index.size() * 96);
+  for (size_t i = 0; i < index.size(); ++i) {
     text += i == 0 ? "\n    " : ",\n    ";
-    append_quoted(text, tensor, index_file);
+    append_quoted(text, index.tensor(i), index_file);
     text += ": ";
-    append_quoted(text, shard, index_file);
+    text += quoted_shards[index.shard_number(i)];
   }
-  text += index.weight_map.empty() ? "}\n}\n" : "\n  }\n}\n";
+  text += index.empty() ? "}\n}\n" : "\n  }\n}\n";
   return text;
 }
 

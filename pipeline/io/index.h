@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -16,18 +17,83 @@
 
 namespace shardq::io {
 
-struct ShardIndex {
+// The weight map's entries (tensor -> shard, in file order) keep their names in one buffer
+// and each shard file once: an index of 100K tensors is otherwise 200K small strings, whose
+// allocation and page faults cost more than parsing the text.
+class ShardIndex {
+ public:
+  struct Entry {
+    std::string_view tensor;
+    const std::string& shard;
+  };
+  class Entries;
+
   uint64_t total_size = 0; // sum of tensor bytes
   nlohmann::ordered_json extra_metadata = nlohmann::ordered_json::object(); // other "metadata" keys, kept
-  std::vector<std::pair<std::string, std::string>> weight_map;              // tensor -> shard, file order
 
-  bool operator==(const ShardIndex&) const = default;
-
+  // Room for `entries` entries whose names take `name_bytes` in all.
+  void reserve(size_t entries, size_t name_bytes);
+  void add(std::string_view tensor, std::string_view shard);
+  size_t size() const { return slots_.size(); }
+  bool empty() const { return slots_.empty(); }
+  std::string_view tensor(size_t entry) const;
+  const std::string& shard(size_t entry) const { return shards_[slots_[entry].shard]; }
+  // The entry's shard as a position in shard_files().
+  uint32_t shard_number(size_t entry) const { return slots_[entry].shard; }
+  Entry operator[](size_t entry) const { return {tensor(entry), shard(entry)}; }
+  Entries entries() const;
   // Distinct shard names in order of first appearance.
-  std::vector<std::string> shard_files() const;
+  const std::vector<std::string>& shard_files() const { return shards_; }
+  // Each shard's first entry, in shard_files() order.
+  std::vector<size_t> first_entries() const;
   // The shard holding a tensor, or nullptr.
   const std::string* shard_of(std::string_view tensor) const;
+
+  // Equal entries in the same order (the rest is built from them), total and metadata.
+  bool operator==(const ShardIndex& other) const;
+
+ private:
+  struct Slot {
+    uint64_t offset = 0; // in names_
+    uint32_t length = 0;
+    uint32_t shard = 0; // in shards_
+  };
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+  };
+  std::string names_;
+  std::vector<Slot> slots_;
+  std::vector<std::string> shards_;
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> shard_numbers_;
 };
+
+// The entries in order, for range-for: `for (const auto& [tensor, shard] : index.entries())`.
+class ShardIndex::Entries {
+ public:
+  class Iterator {
+   public:
+    Iterator(const ShardIndex& index, size_t entry) : index_(&index), entry_(entry) {}
+    Entry operator*() const { return (*index_)[entry_]; }
+    Iterator& operator++() {
+      ++entry_;
+      return *this;
+    }
+    bool operator==(const Iterator& other) const { return entry_ == other.entry_; }
+
+   private:
+    const ShardIndex* index_;
+    size_t entry_;
+  };
+  explicit Entries(const ShardIndex& index) : index_(index) {}
+  Iterator begin() const { return {index_, 0}; }
+  Iterator end() const { return {index_, index_.size()}; }
+
+ private:
+  const ShardIndex& index_;
+};
+
+inline ShardIndex::Entries ShardIndex::entries() const { return Entries(*this); }
 
 inline constexpr std::string_view kIndexFileName = "model.safetensors.index.json";
 

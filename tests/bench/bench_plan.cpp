@@ -59,7 +59,7 @@ BENCHMARK(BM_plan_int8_real_count)->Unit(benchmark::kMillisecond)->UseRealTime()
 void BM_read_index_real_count(benchmark::State& state) {
   const auto index_file = ensure_fixture() / shardq::io::kIndexFileName;
   size_t names = 0;
-  for (auto _ : state) names = shardq::io::read_index(index_file).weight_map.size();
+  for (auto _ : state) names = shardq::io::read_index(index_file).size();
   state.counters["names"] = double(names);
 }
 BENCHMARK(BM_read_index_real_count)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
@@ -74,7 +74,7 @@ BENCHMARK(BM_checkpoint_view_real_count)->Unit(benchmark::kMillisecond)->UseReal
 void BM_output_index_int8_real_count(benchmark::State& state) {
   const shardq::Plan plan = shardq::make_plan(int8_job(), 1);
   size_t names = 0;
-  for (auto _ : state) names = shardq::output_index(plan).weight_map.size();
+  for (auto _ : state) names = shardq::output_index(plan).size();
   state.counters["names"] = double(names);
 }
 BENCHMARK(BM_output_index_int8_real_count)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);

@@ -110,14 +110,50 @@ TEST(IoConfig, RejectsDuplicateKeysAndNonObjects) {
   }
 }
 
-ShardIndex sample_index() {
+using Entries = std::vector<std::pair<std::string, std::string>>;
+
+ShardIndex index_of(const Entries& entries) {
   ShardIndex index;
+  for (const auto& [tensor, shard] : entries) index.add(tensor, shard);
+  return index;
+}
+
+Entries entries_of(const ShardIndex& index) {
+  Entries entries;
+  for (const auto& [tensor, shard] : index.entries()) entries.emplace_back(tensor, shard);
+  return entries;
+}
+
+const Entries kSampleEntries = {{"z.weight", "model-00002-of-00002.safetensors"},
+                                {"a.weight", "model-00001-of-00002.safetensors"},
+                                {"m.weight", "model-00002-of-00002.safetensors"}};
+
+ShardIndex sample_index() {
+  ShardIndex index = index_of(kSampleEntries);
   index.total_size = 1234;
   index.extra_metadata["format"] = "pt";
-  index.weight_map = {{"z.weight", "model-00002-of-00002.safetensors"},
-                      {"a.weight", "model-00001-of-00002.safetensors"},
-                      {"m.weight", "model-00002-of-00002.safetensors"}};
   return index;
+}
+
+// Entries keep their order and names; each shard is kept once, numbered in order of first
+// appearance, however the entries alternate between shards.
+TEST(IoIndex, KeepsEntriesInOrderAndEachShardOnce) {
+  const Entries entries = {{"b", "s2"}, {"a", "s1"}, {"c", "s2"}, {"d", "s2"}, {"e", "s3"}, {"f", "s1"}};
+  const ShardIndex index = index_of(entries);
+  EXPECT_EQ(entries_of(index), entries);
+  EXPECT_EQ(index.shard_files(), (std::vector<std::string>{"s2", "s1", "s3"}));
+  std::vector<uint32_t> numbers;
+  for (size_t i = 0; i < index.size(); ++i) numbers.push_back(index.shard_number(i));
+  EXPECT_EQ(numbers, (std::vector<uint32_t>{0, 1, 0, 0, 2, 1}));
+  EXPECT_EQ(index.first_entries(), (std::vector<size_t>{0, 1, 4}));
+  EXPECT_EQ(index, index_of(entries));
+  Entries other = entries;
+  other[3].second = "s1";
+  EXPECT_FALSE(index == index_of(other));
+  other = entries;
+  other[5].first = "g";
+  EXPECT_FALSE(index == index_of(other));
+  EXPECT_FALSE(index == index_of(Entries(entries.begin(), entries.end() - 1)));
 }
 
 TEST(IoIndex, RoundTripsInOrder) {
@@ -139,7 +175,8 @@ TEST(IoIndex, RoundTripsInOrder) {
   EXPECT_EQ(test::read_text(path), expected);
   const ShardIndex back = read_index(path);
   EXPECT_EQ(back.total_size, 1234u);
-  EXPECT_EQ(back.weight_map, sample_index().weight_map);
+  EXPECT_EQ(entries_of(back), kSampleEntries);
+  EXPECT_EQ(back, sample_index());
   EXPECT_EQ(back.extra_metadata, sample_index().extra_metadata);
   EXPECT_EQ(back.shard_files(), (std::vector<std::string>{"model-00002-of-00002.safetensors", "model-00001-of-00002.safetensors"}));
   ASSERT_NE(back.shard_of("a.weight"), nullptr);
@@ -171,8 +208,7 @@ TEST(IoIndex, RefusesEmptyShard) { expect_shard_refused("", "is empty"); }
 
 TEST(IoIndex, WriteRefusesEscapingShardNames) {
   ScratchDir dir;
-  ShardIndex index;
-  index.weight_map = {{"t", "../evil.safetensors"}};
+  const ShardIndex index = index_of({{"t", "../evil.safetensors"}});
   EXPECT_THROW(write_index(dir / "i.json", index), IoError);
   EXPECT_FALSE(std::filesystem::exists(dir / "i.json"));
 }
@@ -190,7 +226,7 @@ TEST(IoIndex, FindsMissingShard) {
     EXPECT_THAT(e.what(), HasSubstr("missing shard 'model-00001-of-00002.safetensors' (holds tensor 'a.weight')"));
   }
   test::write_text(dir / "model-00001-of-00002.safetensors", "x");
-  EXPECT_EQ(load_index(path).weight_map.size(), 3u);
+  EXPECT_EQ(load_index(path).size(), 3u);
 }
 
 TEST(IoIndex, RefusesDuplicateTensorsAndBadTotals) {
@@ -216,18 +252,14 @@ TEST(IoIndex, ReadsEveryShapeToTheSameIndex) {
   test::write_text(dir / "usual.json", R"({"metadata": {"total_size": 7, "format": "pt", "n": 3}, )" + map + "}");
   test::write_text(dir / "swapped.json", "{" + map + R"(, "metadata": {"format": "pt", "total_size": 7, "n": 3}})");
   test::write_text(dir / "unusual.json", R"({"metadata": {"total_size": 7, "format": "pt", "n": 3}, "other": [1], )" + map + "}");
-  ShardIndex expected;
-  expected.total_size = 7;
-  expected.extra_metadata["format"] = "pt";
-  expected.extra_metadata["n"] = 3;
-  expected.weight_map = {{"b", "s2.safetensors"}, {"a", "s1.safetensors"}};
+  const Entries expected = {{"b", "s2.safetensors"}, {"a", "s1.safetensors"}};
   EXPECT_TRUE(read_simple_index(test::read_text(dir / "usual.json")).has_value());
   EXPECT_TRUE(read_simple_index(test::read_text(dir / "swapped.json")).has_value());
   EXPECT_FALSE(read_simple_index(test::read_text(dir / "unusual.json")).has_value());
   for (const char* file : {"usual.json", "swapped.json", "unusual.json"}) {
     const ShardIndex index = read_index(dir / file);
-    EXPECT_EQ(index.total_size, expected.total_size) << file;
-    EXPECT_EQ(index.weight_map, expected.weight_map) << file;
+    EXPECT_EQ(index.total_size, 7u) << file;
+    EXPECT_EQ(entries_of(index), expected) << file;
     EXPECT_EQ(index.extra_metadata.size(), 2u) << file;
     EXPECT_EQ(index.extra_metadata.value("format", ""), "pt") << file;
     EXPECT_EQ(index.extra_metadata.value("n", 0), 3) << file;
