@@ -131,6 +131,12 @@ float quantize_row_int8_from_fp8_simd(const uint8_t* codes, const uint8_t* scale
 //   e2m1_to_float(nibble) * e8m0_to_float(scale).
 float quantize_row_int8_from_fp4_simd(const uint8_t* packed, const uint8_t* scales, int cols, int8_t* out,
                                       Int8RowSums* sums);
+// `rows` FP4 rows back to back (packed: rows x cols / 2, scales: rows x blocks, out: rows x
+// cols), without sums: the scale and codes of quantize_row_int8_from_fp4_simd for each,
+// row_scales[r] its scale. Rows of one or two blocks (the small experts of a model of many
+// tensors) cost several times their bytes in setup one at a time; here they share tables.
+void quantize_rows_int8_from_fp4_simd(const uint8_t* packed, const uint8_t* scales, int cols, size_t rows, int8_t* out,
+                                      float* row_scales);
 
 // out[i] = codes[i] * scale (fp32).
 void dequantize_row_int8(const int8_t* codes, float scale, int cols, float* out);

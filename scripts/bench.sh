@@ -348,7 +348,7 @@ print("medians of interleaved repetitions, one core; GB/s of output (I8 codes + 
       f"SIMD target: {os.environ.get('SHARDQ_BENCH_SIMD') or 'the best this CPU runs'}")
 print(f"{'benchmark':24s} {'GB/s':>8s} {'M rows/s':>9s} {'x memcpy':>9s}")
 for name in ("BM_memcpy_int8_output", "BM_int8_fp8_rows", "BM_int8_fp4_rows", "BM_int8_fp8_rows_narrow",
-             "BM_int8_fp4_rows_narrow", "BM_int8_fp8_codec", "BM_int8_fp4_codec", "BM_int8_fp8_rows_ref", "BM_int8_fp4_rows_ref"):
+             "BM_int8_fp4_rows_narrow", "BM_int8_fp4_rows_narrow32", "BM_int8_fp8_codec", "BM_int8_fp4_codec", "BM_int8_fp8_rows_ref", "BM_int8_fp4_rows_ref"):
     b = runs[name]
     target = "   (target >= 0.5)" if name.endswith("_rows") else ""
     print(f"{name:24s} {b['GB/s']:8.3f} {b['rows/s'] / 1e6:9.3f} {b['GB/s'] / base:9.3f}{target}")

@@ -153,17 +153,23 @@ bool encode_linears(const ChunkInput& chunk, LinearSource source, EncodedChunk& 
 }
 
 // W8A8: each row decoded exactly and quantized to symmetric per-channel INT8, in one pass
-// that also finds NaN codes (quantize_linear_row_int8). Figures: rows, all-zero rows
+// that also finds NaN codes (a linear's rows at once: quantize_linear_rows_int8). Figures: rows, all-zero rows
 // (zero_blocks: a row is the INT8 block), and on the report's sample of rows
 // (is_int8_report_row) sum x^2 and sum (deq - x)^2.
 bool encode_int8(const ChunkInput& chunk, LinearSource source, EncodedChunk& out, const std::atomic<bool>* cancel) {
   const uint64_t cols = uint64_t(chunk.task.cols);
+  thread_local std::vector<float> row_scales; // a linear's rows, all codes and scales at once
   const auto encode = [&](const LinearSlots& slots, const LinearRows& rows, uint64_t r) {
-    if (r == 0) check_linear_scales(rows);
+    int8_t* codes = reinterpret_cast<int8_t*>(out.buffers[slots.output].data() + r * cols);
+    if (r == 0) {
+      check_linear_scales(rows);
+      row_scales.resize(rows.rows);
+      quantize_linear_rows_int8(rows, codes, row_scales.data());
+    }
     Int8RowSums sums;
     const bool report_row = is_int8_report_row(rows.first_row + r);
-    int8_t* codes = reinterpret_cast<int8_t*>(out.buffers[slots.output].data() + r * cols);
-    const float scale = quantize_linear_row_int8(rows, r, codes, report_row ? &sums : nullptr);
+    // A report row is quantized again with its sums (the same scale and codes).
+    const float scale = report_row ? quantize_linear_row_int8(rows, r, codes, &sums) : row_scales[r];
     if (std::isnan(scale)) { // a NaN code: the kernel saw it in its one pass over the row
       check_linear_codes(rows, r, 1);
       throw StageError(fmt::format("{}: row {}: the INT8 kernel found a NaN code the check did not", rows.tensor,

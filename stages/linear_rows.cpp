@@ -75,6 +75,14 @@ void decode_linear_row(const LinearRows& rows, uint64_t r, float* out) {
   }
 }
 
+void quantize_linear_rows_int8(const LinearRows& rows, int8_t* codes, float* scales) {
+  if (rows.source == LinearSource::fp4_row32) {
+    quantize_rows_int8_from_fp4_simd(row_codes(rows, 0), row_scales(rows, 0), rows.cols, rows.rows, codes, scales);
+    return;
+  }
+  for (uint64_t r = 0; r < rows.rows; ++r) scales[r] = quantize_linear_row_int8(rows, r, codes + r * uint64_t(rows.cols), nullptr);
+}
+
 float quantize_linear_row_int8(const LinearRows& rows, uint64_t r, int8_t* codes, Int8RowSums* sums) {
   if (rows.source == LinearSource::fp4_row32)
     return quantize_row_int8_from_fp4_simd(row_codes(rows, r), row_scales(rows, r), rows.cols, codes, sums);

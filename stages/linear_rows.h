@@ -39,6 +39,10 @@ void decode_linear_row(const LinearRows& rows, uint64_t r, float* out);
 // `sums` null: the codes only (the kernels' faster paths). Precondition: check_linear_rows
 // passed.
 float quantize_linear_row_int8(const LinearRows& rows, uint64_t r, int8_t* codes, Int8RowSums* sums);
+// Every row, codes only: codes[rows x cols] and scales[rows] as quantize_linear_row_int8
+// with null sums gives them (a NaN scale for a row with a NaN code). FP4 rows go to the
+// kernel all at once (quantize_rows_int8_from_fp4_simd: narrow rows share its tables).
+void quantize_linear_rows_int8(const LinearRows& rows, int8_t* codes, float* scales);
 
 // The W8A8 report measures its error figures on a fixed sample of each INT8 tensor's rows,
 // those whose absolute row index is a multiple of kInt8ReportRowStride (docs/formats.md

@@ -1078,18 +1078,26 @@ HWY_INLINE __m512i Fp8Ords(const uint8_t* codes, size_t column, __mmask64& negat
   return _mm512_and_si512(bytes, _mm512_set1_epi8(0x7F));
 }
 
-// 64 FP4 values (32 bytes, low nibble first): their ords and the sign mask.
-HWY_INLINE __m512i Fp4Ords(const uint8_t* packed, size_t column, __m512i ord_table, __mmask64& negative) {
+// The 64 E2M1 codes of 32 packed bytes (low nibble first, column order), one a byte lane.
+HWY_INLINE __m512i Fp4NibbleBytes(__m512i bytes) {
   HWY_ALIGN static constexpr uint8_t kTwice[64] = {0,  0,  1,  1,  2,  2,  3,  3,  4,  4,  5,  5,  6,  6,  7,  7,
                                                    8,  8,  9,  9,  10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15,
                                                    16, 16, 17, 17, 18, 18, 19, 19, 20, 20, 21, 21, 22, 22, 23, 23,
                                                    24, 24, 25, 25, 26, 26, 27, 27, 28, 28, 29, 29, 30, 30, 31, 31};
-  const __m512i bytes = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + column / 2)));
   const __m512i twice = _mm512_permutexvar_epi8(_mm512_load_si512(kTwice), bytes);
   // Odd bytes (the high nibble, second in column order) from the byte shifted right by 4.
-  const __m512i nibbles = _mm512_and_si512(_mm512_mask_blend_epi8(0xAAAAAAAAAAAAAAAAull, twice, _mm512_srli_epi16(twice, 4)),
-                                           _mm512_set1_epi8(0x0F));
-  negative = _mm512_movepi8_mask(_mm512_slli_epi16(nibbles, 4));
+  return _mm512_and_si512(_mm512_mask_blend_epi8(0xAAAAAAAAAAAAAAAAull, twice, _mm512_srli_epi16(twice, 4)),
+                          _mm512_set1_epi8(0x0F));
+}
+
+// The lanes whose E2M1 code is negative (bit 3).
+HWY_INLINE __mmask64 Fp4Negative(__m512i nibbles) { return _mm512_movepi8_mask(_mm512_slli_epi16(nibbles, 4)); }
+
+// 64 FP4 values (32 bytes, low nibble first): their ords and the sign mask.
+HWY_INLINE __m512i Fp4Ords(const uint8_t* packed, size_t column, __m512i ord_table, __mmask64& negative) {
+  const __m512i bytes = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + column / 2)));
+  const __m512i nibbles = Fp4NibbleBytes(bytes);
+  negative = Fp4Negative(nibbles);
   return _mm512_shuffle_epi8(ord_table, nibbles);
 }
 
@@ -1413,6 +1421,103 @@ float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int c
   return QuantizeSourceRow(SourceDecoder(scales, 0, vector, element), cols, out, sums);
 }
 
+// ------------------------------------------------------------ narrow FP4 rows, many at once
+// Rows of one or two blocks (32 or 64 values, as the real-count fixture's small experts)
+// spend most of a row's time in its setup (scale range, amax keys, tables). On AVX3_DL they
+// take their codes from tables made once: with the row's amax in block B (E2M1 magnitude
+// index j, scale byte s_B), a value of magnitude index i in a block of scale byte s has
+// x / scale = e2m1(i) * 2^-d / fl(e2m1(j) / 127), d = s_B - s, exactly (powers of two scale
+// out of an fp32 quotient whose result is normal, the scale is fl(amax / 127) = fl(e2m1(j) /
+// 127) * 2^(s_B - 127) while it is normal, and every decoded value is exact), so its code is
+// the ref's element of x = e2m1(i) * 2^-d in a row of amax e2m1(j). A block with a non-zero
+// value has d >= -3 (its amax is at most the row's: 2^-d <= 6 / 0.5), and from d = 12 every
+// code is 0 (6 * 2^-12 < 0.5 * 0.5 / 127): 16 values of d times 8 magnitudes, 128 codes a
+// table, one table per j. Signs are applied after (every step is symmetric in the sign).
+// Rows whose scale is not a normal fp32 number take the row kernel.
+constexpr int kNarrowLowestD = -3;
+constexpr int kNarrowDs = 16;
+
+struct NarrowFp4Tables {
+  HWY_ALIGN int8_t code[8][kNarrowDs * 8]; // [j][(d - kNarrowLowestD) * 8 + i]; j = 0 unused
+};
+
+HWY_INLINE const NarrowFp4Tables& NarrowFp4Codes() {
+  static const NarrowFp4Tables tables = [] {
+    NarrowFp4Tables made{};
+    for (int j = 1; j < 8; ++j) {
+      const Int8Row row = Int8Row::of_amax(E2M1::values[size_t(j)]);
+      for (int d = kNarrowLowestD; d < kNarrowLowestD + kNarrowDs; ++d) {
+        for (int i = 0; i < 8; ++i) {
+          const float x = std::ldexp(E2M1::values[size_t(i)], -d);
+          made.code[j][(d - kNarrowLowestD) * 8 + i] = quantize_int8_element(x, row).code;
+        }
+      }
+    }
+    return made;
+  }();
+  return tables;
+}
+
+#if HWY_TARGET == HWY_AVX3_DL
+// One row of `blocks` (1 or 2) blocks by the tables: its codes and scale, false (nothing
+// written) where the scale is not a normal fp32 number.
+HWY_INLINE bool NarrowFp4Row(const uint8_t* packed, const uint8_t* scales, size_t blocks, int8_t* out, float& scale) {
+  const __m512i bytes = blocks == 2 ? _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed)))
+                                    : _mm512_zextsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed)));
+  const __m512i nibbles = Fp4NibbleBytes(bytes);
+  const __m512i magnitudes = _mm512_and_si512(nibbles, _mm512_set1_epi8(7));
+  // Each block's largest magnitude index: the max of its 32 lanes (two 128-bit lanes).
+  __m512i folded = _mm512_max_epu8(magnitudes, _mm512_bsrli_epi128(magnitudes, 8));
+  folded = _mm512_max_epu8(folded, _mm512_bsrli_epi128(folded, 4));
+  folded = _mm512_max_epu8(folded, _mm512_bsrli_epi128(folded, 2));
+  folded = _mm512_max_epu8(folded, _mm512_bsrli_epi128(folded, 1));
+  HWY_ALIGN uint8_t lanes[64];
+  _mm512_store_si512(lanes, folded);
+  const uint8_t largest[2] = {std::max(lanes[0], lanes[16]), std::max(lanes[32], lanes[48])};
+  float block_amax[2] = {0.0f, 0.0f};
+  for (size_t b = 0; b < blocks; ++b) block_amax[b] = E2M1::values[largest[b]] * e8m0_to_float(scales[b]);
+  // Compared as bits (both are non-negative): a data-dependent branch here mispredicts half the rows.
+  const size_t top = size_t(std::bit_cast<uint32_t>(block_amax[1]) > std::bit_cast<uint32_t>(block_amax[0]));
+  const float amax = block_amax[top];
+  const __mmask64 written = blocks == 2 ? ~0ull : 0xFFFFFFFFull;
+  if (amax == 0.0f) {
+    scale = Int8Row::of_amax(0.0f).scale;
+    _mm512_mask_storeu_epi8(out, written, _mm512_setzero_si512());
+    return true;
+  }
+  scale = Int8Row::of_amax(amax).scale;
+  if (!VectorScale(scale)) return false;
+  const auto offset = [&](size_t b) {
+    const int d = int(scales[top]) - int(scales[b]); // below -3 only for a block of zeros
+    return char(std::clamp(d - kNarrowLowestD, 0, kNarrowDs - 1) * 8);
+  };
+  const __m512i offsets = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8(offset(0)),
+                                                 _mm512_set1_epi8(blocks == 2 ? offset(1) : 0));
+  const int8_t* table = NarrowFp4Codes().code[largest[top]];
+  const __m512i codes = _mm512_permutex2var_epi8(_mm512_load_si512(table), _mm512_or_si512(magnitudes, offsets),
+                                                 _mm512_load_si512(table + 64));
+  const __m512i signed_codes = _mm512_mask_sub_epi8(codes, Fp4Negative(nibbles), _mm512_setzero_si512(), codes);
+  _mm512_mask_storeu_epi8(out, written, signed_codes);
+  return true;
+}
+#endif
+
+void QuantizeRowsInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int cols, size_t rows, int8_t* out,
+                             float* row_scales) {
+  const size_t columns = size_t(std::max(cols, 0)), row_bytes = columns / 2;
+  const size_t blocks = (columns + kSourceBlock - 1) / kSourceBlock;
+  for (size_t r = 0; r < rows; ++r) {
+    const uint8_t* row_packed = packed + r * row_bytes;
+    const uint8_t* row_block_scales = scales + r * blocks;
+    int8_t* row_out = out + r * columns;
+#if HWY_TARGET == HWY_AVX3_DL
+    if ((columns == 32 || columns == 64) && NarrowFp4Row(row_packed, row_block_scales, blocks, row_out, row_scales[r]))
+      continue;
+#endif
+    row_scales[r] = QuantizeRowInt8FromFp4(row_packed, row_block_scales, cols, row_out, nullptr);
+  }
+}
+
 } // namespace HWY_NAMESPACE
 } // namespace shardq
 HWY_AFTER_NAMESPACE();
@@ -1423,6 +1528,7 @@ namespace shardq {
 HWY_EXPORT(QuantizeRowInt8);
 HWY_EXPORT(QuantizeRowInt8FromFp8);
 HWY_EXPORT(QuantizeRowInt8FromFp4);
+HWY_EXPORT(QuantizeRowsInt8FromFp4);
 
 float quantize_row_int8_simd(const float* x, int cols, int8_t* codes, Int8RowSums* sums) {
   return HWY_DYNAMIC_DISPATCH(QuantizeRowInt8)(x, cols, codes, sums);
@@ -1436,6 +1542,11 @@ float quantize_row_int8_from_fp8_simd(const uint8_t* codes, const uint8_t* scale
 float quantize_row_int8_from_fp4_simd(const uint8_t* packed, const uint8_t* scales, int cols, int8_t* out,
                                       Int8RowSums* sums) {
   return HWY_DYNAMIC_DISPATCH(QuantizeRowInt8FromFp4)(packed, scales, cols, out, sums);
+}
+
+void quantize_rows_int8_from_fp4_simd(const uint8_t* packed, const uint8_t* scales, int cols, size_t rows, int8_t* out,
+                                      float* row_scales) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRowsInt8FromFp4)(packed, scales, cols, rows, out, row_scales);
 }
 
 } // namespace shardq

@@ -279,10 +279,11 @@ void BM_transcode_mxfp4_nvfp4(benchmark::State& state) {
 // of the same output bytes. GB/s counts OUTPUT bytes: I8 codes + one F32 scale per row
 // (8 MiB + 16 KiB).
 // The _narrow rows are the same bytes as 131072 rows x 64 columns (the real-count fixture's
-// expert width: per-row costs show there).
+// w1 / w3 expert width: per-row costs show there), _narrow32 as 262144 rows x 32 (its w2).
 constexpr int kInt8Rows = 4096;
 constexpr int kInt8Cols = 2048;
 constexpr int kInt8NarrowCols = 64;
+constexpr int kInt8Narrow32Cols = 32;
 constexpr size_t kInt8CodeBytes = size_t(kInt8Rows) * kInt8Cols;
 constexpr size_t kInt8ScaleBytes = size_t(kInt8Rows) * sizeof(float);
 
@@ -331,10 +332,10 @@ void set_int8_counters(benchmark::State& state, int rows) {
   state.counters["rows/s"] = benchmark::Counter(iterations * rows, benchmark::Counter::kIsRate);
 }
 
-// Row by row as the codec takes them: quantize_linear_row_int8 (the SIMD kernels' fused
-// decode + quantize) with the report's sums on its sample of rows (is_int8_report_row) and
-// the codes alone on the rest, or the scalar truth it is tested against (decode_linear_row
-// + quantize_row_int8_ref, sums on every row).
+// As the codec takes them: every row's codes at once (quantize_linear_rows_int8, the SIMD
+// kernels' fused decode + quantize), then the report's sample of rows (is_int8_report_row)
+// again with their sums (quantize_linear_row_int8); or row by row, the scalar truth they
+// are tested against (decode_linear_row + quantize_row_int8_ref, sums on every row).
 template <bool kRef>
 void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, int cols) {
   const LinearSourceBytes& source = int8_source(kind, cols);
@@ -343,15 +344,15 @@ void run_int8_rows(benchmark::State& state, shardq::LinearSource kind, int cols)
   std::vector<float> scales(static_cast<size_t>(source.rows)), values(static_cast<size_t>(cols));
   for (auto _ : state) {
     double error_sq = 0.0;
+    if constexpr (!kRef) shardq::quantize_linear_rows_int8(rows, codes.data(), scales.data());
     for (int r = 0; r < source.rows; ++r) {
       shardq::Int8RowSums sums;
       int8_t* row_codes = codes.data() + size_t(r) * size_t(cols);
       if constexpr (kRef) {
         shardq::decode_linear_row(rows, uint64_t(r), values.data());
         scales[size_t(r)] = shardq::quantize_row_int8_ref(values.data(), cols, row_codes, &sums);
-      } else {
-        const bool report_row = shardq::is_int8_report_row(uint64_t(r));
-        scales[size_t(r)] = shardq::quantize_linear_row_int8(rows, uint64_t(r), row_codes, report_row ? &sums : nullptr);
+      } else if (shardq::is_int8_report_row(uint64_t(r))) {
+        scales[size_t(r)] = shardq::quantize_linear_row_int8(rows, uint64_t(r), row_codes, &sums);
       }
       error_sq += sums.error_sq;
     }
@@ -367,6 +368,7 @@ void BM_int8_fp8_rows(benchmark::State& state) { run_int8_rows<false>(state, kFp
 void BM_int8_fp4_rows(benchmark::State& state) { run_int8_rows<false>(state, kFp4, kInt8Cols); }
 void BM_int8_fp8_rows_narrow(benchmark::State& state) { run_int8_rows<false>(state, kFp8, kInt8NarrowCols); }
 void BM_int8_fp4_rows_narrow(benchmark::State& state) { run_int8_rows<false>(state, kFp4, kInt8NarrowCols); }
+void BM_int8_fp4_rows_narrow32(benchmark::State& state) { run_int8_rows<false>(state, kFp4, kInt8Narrow32Cols); }
 void BM_int8_fp8_rows_ref(benchmark::State& state) { run_int8_rows<true>(state, kFp8, kInt8Cols); }
 void BM_int8_fp4_rows_ref(benchmark::State& state) { run_int8_rows<true>(state, kFp4, kInt8Cols); }
 
@@ -434,6 +436,7 @@ BENCHMARK(BM_int8_fp8_rows)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp4_rows)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp8_rows_narrow)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp4_rows_narrow)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_int8_fp4_rows_narrow32)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp8_rows_ref)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp4_rows_ref)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_int8_fp8_codec)->Unit(benchmark::kMillisecond);

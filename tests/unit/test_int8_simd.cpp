@@ -370,3 +370,79 @@ TEST(Int8Simd, ZeroSourceRowsEqualDecodeAndRef) {
     }
   });
 }
+
+// ---------------------------------------------------------------- FP4 rows many at once
+
+namespace {
+
+// Rows back to back as a tensor holds them, each against the decode + the ref on its own:
+// the scale and codes (the many-rows entry computes no sums).
+void expect_fp4_rows_equal_ref(const std::vector<SourceRow>& rows, const std::string& what) {
+  const int cols = rows.front().cols;
+  std::vector<uint8_t> packed, scales;
+  for (const SourceRow& row : rows) {
+    packed.insert(packed.end(), row.codes.begin(), row.codes.end());
+    scales.insert(scales.end(), row.scales.begin(), row.scales.end());
+  }
+  std::vector<int8_t> codes(rows.size() * size_t(cols), int8_t(0x55));
+  std::vector<float> row_scales(rows.size(), -1.0f);
+  quantize_rows_int8_from_fp4_simd(packed.data(), scales.data(), cols, rows.size(), codes.data(), row_scales.data());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    Quantized got;
+    got.scale = row_scales[r];
+    got.codes.assign(codes.begin() + ptrdiff_t(r * size_t(cols)), codes.begin() + ptrdiff_t((r + 1) * size_t(cols)));
+    expect_same_codes(got, ref_of(decoded_fp4(rows[r])), what + " row " + std::to_string(r));
+  }
+}
+
+// A row whose blocks have the given largest E2M1 magnitude (0..7: every nibble of the block
+// at most that, one exactly that, random signs) and scale bytes.
+SourceRow fp4_row_of_blocks(std::mt19937& rng, const std::vector<std::pair<int, int>>& blocks) {
+  SourceRow row{std::vector<uint8_t>(blocks.size() * 16), std::vector<uint8_t>(blocks.size()), int(blocks.size() * 32)};
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const auto [largest, scale] = blocks[b];
+    row.scales[b] = uint8_t(scale);
+    for (size_t i = 0; i < 32; ++i) {
+      const uint32_t magnitude = i == rng() % 32 || i == 31 ? uint32_t(largest) : rng() % uint32_t(largest + 1);
+      const uint8_t nibble = uint8_t(magnitude | (rng() % 2 ? 8u : 0u));
+      uint8_t& byte = row.codes[b * 16 + i / 2];
+      byte = i % 2 == 0 ? uint8_t((byte & 0xF0) | nibble) : uint8_t((byte & 0x0F) | (nibble << 4));
+    }
+  }
+  return row;
+}
+
+} // namespace
+
+// Narrow rows (one or two blocks) take shared tables on AVX3_DL and the row kernel
+// elsewhere and for wider rows: random rows over every scale range the row tests use, the
+// amax in either block, blocks of zeros beside any scale, equal amaxes from different
+// magnitudes (1.0 * 2^(s + 1) and 2.0 * 2^s), scales too small or too large to be normal.
+TEST(Int8Simd, Fp4RowsManyAtOnceEqualDecodeAndRef) {
+  test::for_each_simd_target([](const std::string& on) {
+    std::mt19937 rng(61);
+    for (int cols : {32, 64, 96, 128, 2048}) {
+      for (const auto& [low, span] : std::vector<std::pair<int, int>>{{115, 10}, {120, 2}, {0, 4}, {240, 15}, {70, 40}, {40, 90}}) {
+        std::vector<SourceRow> rows;
+        for (int r = 0; r < 40; ++r) rows.push_back(random_source(rng, cols, false, low, span));
+        expect_fp4_rows_equal_ref(rows, label("fp4 rows", cols, low, on));
+      }
+    }
+    for (int trial = 0; trial < 200; ++trial) {
+      const int s = int(rng() % 255), t = int(rng() % 255);
+      std::vector<SourceRow> rows = {
+          fp4_row_of_blocks(rng, {{int(rng() % 8), s}}),
+          fp4_row_of_blocks(rng, {{int(rng() % 8), s}, {int(rng() % 8), t}}),
+          fp4_row_of_blocks(rng, {{0, s}, {int(1 + rng() % 7), t}}),
+          fp4_row_of_blocks(rng, {{int(1 + rng() % 7), s}, {0, t}}),
+          fp4_row_of_blocks(rng, {{2, std::min(s + 1, 254)}, {4, s}}),
+          fp4_row_of_blocks(rng, {{4, s}, {2, std::min(s + 1, 254)}}),
+          fp4_row_of_blocks(rng, {{7, s}, {1, std::min(s + 3, 254)}}),
+          fp4_row_of_blocks(rng, {{0, s}, {0, t}}),
+      };
+      for (const SourceRow& row : rows) expect_fp4_rows_equal_ref({row}, label("fp4 blocks", row.cols, trial, on));
+      std::vector<SourceRow> pairs(rows.begin() + 1, rows.end()); // two-block rows back to back
+      expect_fp4_rows_equal_ref(pairs, label("fp4 two-block rows", 64, trial, on));
+    }
+  });
+}
