@@ -1,5 +1,8 @@
 #include "pipeline/io/plain_json.h"
 
+#include <bit>
+#include <cstring>
+
 namespace shardq::io {
 
 void PlainJson::skip_whitespace() {
@@ -17,14 +20,32 @@ bool PlainJson::consume(char c) {
   return true;
 }
 
+size_t plain_json_run(std::string_view text) {
+  // Per 64-bit word: a byte equal to '"' or '\\', below 0x20, or 0x7f and up. Each test may
+  // also flag bytes after a flagged one (borrows and carries run up), never miss one, nor
+  // flag one before the first true one: the lowest flagged byte (first in the text, the
+  // word read little-endian) is where the run ends.
+  static_assert(std::endian::native == std::endian::little);
+  constexpr uint64_t kOnes = 0x0101010101010101ull, kHigh = 0x8080808080808080ull;
+  const auto has_zero_byte = [](uint64_t word) { return (word - kOnes) & ~word & kHigh; };
+  size_t at = 0;
+  for (; at + sizeof(uint64_t) <= text.size(); at += sizeof(uint64_t)) {
+    uint64_t word;
+    std::memcpy(&word, text.data() + at, sizeof word);
+    const uint64_t special = has_zero_byte(word ^ (kOnes * '"')) | has_zero_byte(word ^ (kOnes * '\\')) |
+                             ((word - kOnes * 0x20) & ~word & kHigh) | (((word + kOnes) | word) & kHigh);
+    if (special != 0) return at + size_t(std::countr_zero(special)) / 8;
+  }
+  while (at < text.size() && plain_json_byte(text[at])) ++at;
+  return at;
+}
+
 std::optional<std::string_view> PlainJson::string() {
   if (!consume('"')) return std::nullopt;
   const size_t begin = at_;
-  for (; at_ < text_.size(); ++at_) {
-    const char c = text_[at_];
-    if (c == '"') return text_.substr(begin, at_++ - begin);
-    if (c < 0x20 || c > 0x7e || c == '\\') break; // escapes, controls and non-ASCII: the strict path's
-  }
+  at_ += plain_json_run(text_.substr(at_));
+  // Escapes, controls and non-ASCII are the strict path's.
+  if (at_ < text_.size() && text_[at_] == '"') return text_.substr(begin, at_++ - begin);
   at_ = begin - 1;
   return std::nullopt;
 }

@@ -7,11 +7,19 @@
 // reads it; strings are views into the text (no copy until the caller keeps one).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
 
 namespace shardq::io {
+
+// Whether a JSON string holds the byte as it is: printable ASCII other than '"' and '\\'.
+constexpr bool plain_json_byte(char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; }
+// The length of the text's leading run of plain_json_bytes, eight bytes a step: every name
+// of an index or header is read and written through it (100K names each way for a model of
+// many tensors).
+size_t plain_json_run(std::string_view text);
 
 class PlainJson {
  public:

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipeline/io/io_error.h"
+#include "pipeline/io/plain_json.h"
 
 namespace shardq::io {
 namespace {
@@ -108,8 +109,7 @@ nlohmann::ordered_json parse_json_strict(std::string_view text, const std::strin
 }
 
 void append_json_string(std::string& out, std::string_view text) {
-  const bool plain = std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c <= 0x7e && c != '"' && c != '\\'; });
-  if (!plain) {
+  if (plain_json_run(text) != text.size()) {
     out += Json(std::string(text)).dump();
     return;
   }

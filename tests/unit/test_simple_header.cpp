@@ -56,6 +56,29 @@ TEST(PlainJson, ReadsOnlyPlainUnsignedIntegersAndStrings) {
 }
 
 // Each of these is either refused by the strict path or needs its judgement.
+// The run a word at a time ends where the byte-by-byte rule first fails: every byte value
+// at every place of strings around the 8-byte word edges, over plain text of every length.
+TEST(PlainJson, PlainRunEndsAtTheFirstByteThatNeedsEscaping) {
+  const auto bytewise = [](std::string_view text) {
+    size_t at = 0;
+    while (at < text.size() && shardq::io::plain_json_byte(text[at])) ++at;
+    return at;
+  };
+  for (size_t length = 0; length <= 24; ++length) {
+    const std::string plain(length, 'a');
+    EXPECT_EQ(shardq::io::plain_json_run(plain), length);
+    for (size_t at = 0; at < length; ++at) {
+      for (int byte = 0; byte < 256; ++byte) {
+        std::string text = plain;
+        text[at] = char(byte);
+        ASSERT_EQ(shardq::io::plain_json_run(text), bytewise(text)) << "length " << length << " byte " << byte << " at " << at;
+        text.back() = '"'; // a second stop after it: the first decides
+        ASSERT_EQ(shardq::io::plain_json_run(text), bytewise(text)) << "length " << length << " byte " << byte << " at " << at;
+      }
+    }
+  }
+}
+
 TEST(SimpleHeader, DeclinesEveryOtherShape) {
   const char* entry = R"("dtype":"U8","shape":[1],"data_offsets":[0,1])";
   const std::vector<std::string> declined = {
