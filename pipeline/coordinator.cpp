@@ -61,7 +61,8 @@ CheckpointState fresh_state(const Plan& plan) {
 }
 
 Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& outputs, CheckpointState state,
-                         std::filesystem::path checkpoint_path, std::vector<RankInfo> ranks)
+                         std::filesystem::path checkpoint_path, std::vector<RankInfo> ranks,
+                         std::future<std::string> index_text)
     : plan_(plan), link_(link), outputs_(outputs), state_(std::move(state)),
       checkpoint_path_(std::move(checkpoint_path)), ranks_(std::move(ranks)),
       last_save_(std::chrono::steady_clock::now()), elapsed_before_(state_.elapsed_seconds),
@@ -107,9 +108,8 @@ Coordinator::Coordinator(const Plan& plan, Link& link, const OutputFiles& output
   blobs_digest_ = blobs_digest(state_.blobs);
   for (size_t t = 0; t < tasks.size(); ++t) enqueue_if_ready(t);
   if (!is_finished("index")) {
-    index_staged_ = std::async(std::launch::async, [&plan = plan_] {
-      const auto path = plan.dst / io::kIndexFileName;
-      io::stage_file(path, io::index_text(path, output_index(plan)));
+    index_staged_ = std::async(std::launch::async, [&plan = plan_, text = std::move(index_text)]() mutable {
+      io::stage_file(plan.dst / io::kIndexFileName, text.valid() ? text.get() : output_index_text(plan));
     });
   }
   save(true);

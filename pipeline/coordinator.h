@@ -34,8 +34,11 @@ CheckpointState fresh_state(const Plan& plan);
 class Coordinator {
  public:
   // ranks: each rank's host and compute threads (the report, progress and status show them).
+  // index_text: the output index's text if it is being rendered already (else the
+  // coordinator renders it, when its checkpoint has not recorded the index written).
   Coordinator(const Plan& plan, Link& link, const OutputFiles& outputs, CheckpointState state,
-              std::filesystem::path checkpoint_path, std::vector<RankInfo> ranks);
+              std::filesystem::path checkpoint_path, std::vector<RankInfo> ranks,
+              std::future<std::string> index_text = {});
 
   void on_request(const WorkRequest& request);
   void on_reduce(const ReduceResult& result);

@@ -364,6 +364,10 @@ OutputSlot task_output_slot(const Plan& plan, size_t task, size_t output) {
   return {plan.task_output_offsets[task][output], tensor_row_bytes(spec.outputs[output]), spec.rows};
 }
 
+std::string output_index_text(const Plan& plan) {
+  return io::index_text(plan.dst / io::kIndexFileName, output_index(plan));
+}
+
 io::ShardIndex output_index(const Plan& plan) {
   io::ShardIndex index;
   index.extra_metadata = plan.source_index.extra_metadata;

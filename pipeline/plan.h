@@ -100,5 +100,7 @@ OutputSlot task_output_slot(const Plan& plan, size_t task, size_t output);
 
 // The output index.
 io::ShardIndex output_index(const Plan& plan);
+// Its text, as the output folder's model.safetensors.index.json holds it.
+std::string output_index_text(const Plan& plan);
 
 } // namespace shardq

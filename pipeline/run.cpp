@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <set>
 #include <thread>
@@ -415,6 +416,13 @@ int run_job(const RunArgs& args) {
   const Plan& plan = *plan_owner;
   spdlog::debug("planned in {:.3f} s", seconds_since_start());
   const std::filesystem::path checkpoint_path = job.checkpoint_path();
+  // A first run (no checkpoint yet) renders the output index on a thread of its own while
+  // rank 0 prepares the outputs and saves the first checkpoint, which leave a core idle;
+  // a resume leaves it to the coordinator, which renders it only if it is not written yet.
+  std::future<std::string> index_text;
+  if (link.rank() == 0 && !std::filesystem::exists(checkpoint_path)) {
+    index_text = std::async(std::launch::async, [&plan] { return output_index_text(plan); });
+  }
   OutputFiles outputs(plan, link.rank(), job.write_mode == "direct");
 
   std::optional<RunLock> lock; // rank 0: one run per dst and checkpoint, until run_job returns
@@ -449,7 +457,8 @@ int run_job(const RunArgs& args) {
   Worker worker(plan, outputs, link.rank(), threads);
   std::unique_ptr<Coordinator> coordinator;
   if (link.rank() == 0) {
-    coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path, std::move(ranks));
+    coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path, std::move(ranks),
+                                                std::move(index_text));
     spdlog::debug("first checkpoint saved at {:.3f} s", seconds_since_start());
   }
   RankLoop loop{plan, link, outputs, worker, coordinator.get()};
