@@ -18,12 +18,12 @@ std::shared_ptr<const EngramLayout> engram_layout_of(const CheckpointView& sourc
 }
 
 void expect_tensor(const CheckpointView& view, const SourceTensor& tensor, Dtype dtype,
-                   const std::vector<uint64_t>& shape) {
-  if (tensor.spec.dtype == dtype && tensor.spec.shape == shape) return;
+                   std::initializer_list<uint64_t> shape) {
+  if (tensor.spec.dtype == dtype && std::ranges::equal(tensor.spec.shape, shape)) return;
   throw StageError(fmt::format("{}: tensor '{}' is {} {} but {} {} was expected",
                                (view.dir / view.shard_files[tensor.shard]).string(), tensor.spec.name,
                                dtype_name(tensor.spec.dtype), shape_text(tensor.spec.shape), dtype_name(dtype),
-                               shape_text(shape)));
+                               shape_text(std::vector<uint64_t>(shape))));
 }
 
 std::vector<EngramTable> engram_tables(const CheckpointView& source, const EngramLayout& layout) {

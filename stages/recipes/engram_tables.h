@@ -31,8 +31,9 @@ std::vector<EngramTable> engram_tables(const CheckpointView& source, const Engra
 std::string engram_prefix(int layer); // layers.L.engram.embed
 
 // Refuses a tensor whose dtype or shape differs (StageError naming file, tensor, both).
+// The shape is a braced list (no vector made for each of 50K linears' scales).
 void expect_tensor(const CheckpointView& view, const SourceTensor& tensor, Dtype dtype,
-                   const std::vector<uint64_t>& shape);
+                   std::initializer_list<uint64_t> shape);
 
 // Lays out each listed shard in source order: a tensor is copied unless `replace` returns
 // true, having appended to `entries` those that take its place (none: dropped). Shards are

@@ -52,13 +52,14 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
   linear.fp4 = tensor.spec.dtype == Dtype::I8;
   linear.out = shape[0];
   linear.in = linear.fp4 ? shape[1] * 2 : shape[1];
-  const std::vector<uint64_t> scale_shape =
-      linear.fp4 ? std::vector<uint64_t>{linear.out, linear.in / 32}
-                 : std::vector<uint64_t>{(linear.out + kFp8Block - 1) / kFp8Block, (linear.in + kFp8Block - 1) / kFp8Block};
   if (linear.fp4 && linear.in % 32 != 0) {
     throw StageError(fmt::format("{}: FP4 linear '{}' has {} values per row, not a multiple of 32", file(), name, linear.in));
   }
-  expect_tensor(source, *linear.scale, Dtype::F8_E8M0, scale_shape);
+  if (linear.fp4) {
+    expect_tensor(source, *linear.scale, Dtype::F8_E8M0, {linear.out, linear.in / 32});
+  } else {
+    expect_tensor(source, *linear.scale, Dtype::F8_E8M0, {(linear.out + kFp8Block - 1) / kFp8Block, (linear.in + kFp8Block - 1) / kFp8Block});
+  }
   return linear;
 }
 

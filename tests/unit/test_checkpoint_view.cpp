@@ -197,5 +197,25 @@ TEST(W8a8ModuleKind, DropsLayerAndExpertNumbersAndTheLeadingLayers) {
   EXPECT_EQ(kind_of("vision.blocks.10.attn.qkv"), "vision.blocks.attn.qkv");
 }
 
+// The seed's rule by hand: an entry matches where it stands in the module name starting a
+// dotted component and ending one (or ending in '.').
+TEST(W8a8Plan, IgnoreEntriesMatchWholeComponents) {
+  const std::vector<std::string> ignore = {"attn.wq_a", "attn.wkv", "engram.wkv", "vision.", "aligner."};
+  EXPECT_TRUE(ignore_matches("layers.3.attn.wq_a", ignore));
+  EXPECT_TRUE(ignore_matches("attn.wkv", ignore));
+  EXPECT_TRUE(ignore_matches("layers.2.engram.wkv", ignore));
+  EXPECT_TRUE(ignore_matches("vision.blocks.0.fc1", ignore));
+  EXPECT_TRUE(ignore_matches("model.aligner.proj", ignore));
+  EXPECT_FALSE(ignore_matches("layers.3.attn.wq_a_b", ignore));  // not where a component ends
+  EXPECT_FALSE(ignore_matches("layers.3.xattn.wq_a", ignore));   // not where one starts
+  EXPECT_FALSE(ignore_matches("layers.3.attn.wq_b", ignore));
+  EXPECT_FALSE(ignore_matches("layers.3.attn.compressor.wkv", ignore));
+  EXPECT_FALSE(ignore_matches("visionx.blocks.0", ignore));
+  EXPECT_FALSE(ignore_matches("layers.0.vision", ignore));       // "vision." needs the dot
+  EXPECT_TRUE(ignore_matches("layers.3.attn.wq_a", {"3.attn"}));  // entries may span numbered components
+  EXPECT_FALSE(ignore_matches("layers.13.attn.wq_a", {"3.attn"}));
+  EXPECT_FALSE(ignore_matches("layers.3.attn", {""}));
+}
+
 } // namespace
 } // namespace shardq
