@@ -153,9 +153,9 @@ bool encode_linears(const ChunkInput& chunk, LinearSource source, EncodedChunk& 
 }
 
 // W8A8: each row decoded exactly and quantized to symmetric per-channel INT8, in one pass
-// that also finds NaN codes (a linear's rows at once: quantize_linear_rows_int8). Figures: rows, all-zero rows
-// (zero_blocks: a row is the INT8 block), and on the report's sample of rows
-// (is_int8_report_row) sum x^2 and sum (deq - x)^2.
+// that also finds NaN codes (a linear's rows at once: quantize_linear_rows_int8).
+// Figures: rows, all-zero rows (zero_blocks: a row is the INT8 block), and on the report's
+// sample of rows (is_int8_report_row) sum x^2 and sum (deq - x)^2.
 bool encode_int8(const ChunkInput& chunk, LinearSource source, EncodedChunk& out, const std::atomic<bool>* cancel) {
   const uint64_t cols = uint64_t(chunk.task.cols);
   thread_local std::vector<float> row_scales; // a linear's rows, all codes and scales at once

@@ -14,7 +14,9 @@
 //   scale (Fp4RowByScaleTables);
 // - a row without its terms (sums null) takes its codes from tables built once per amax
 //   significand by the ref's element: FP8 by key, after an amax pass that stores each
-//   code's key byte (Fp8RowCodes); FP4 by nibble and block exponent (Fp4RowCodes).
+//   code's key byte (Fp8RowCodes); FP4 by nibble and block exponent (Fp4RowCodes);
+// - many FP4 rows of one or two blocks at once (QuantizeRowsInt8FromFp4, on AVX3_DL), by
+//   tables built once per amax magnitude, without a row's setup (NarrowFp4Row).
 // Rows whose scale is not a normal fp32 number take the ref's element arithmetic instead.
 // Built with -ffp-contract=off; tests/unit/test_int8_simd.cpp holds every compiled target
 // to the ref.
