@@ -1436,6 +1436,7 @@ float QuantizeRowInt8FromFp4(const uint8_t* packed, const uint8_t* scales, int c
 // code is 0 (6 * 2^-12 < 0.5 * 0.5 / 127): 16 values of d times 8 magnitudes, 128 codes a
 // table, one table per j. Signs are applied after (every step is symmetric in the sign).
 // Rows whose scale is not a normal fp32 number take the row kernel.
+#if HWY_TARGET == HWY_AVX3_DL // the tables serve NarrowFp4Row only
 constexpr int kNarrowLowestD = -3;
 constexpr int kNarrowDs = 16;
 
@@ -1460,7 +1461,6 @@ HWY_INLINE const NarrowFp4Tables& NarrowFp4Codes() {
   return tables;
 }
 
-#if HWY_TARGET == HWY_AVX3_DL
 // One row of `blocks` (1 or 2) blocks by the tables: its codes and scale, false (nothing
 // written) where the scale is not a normal fp32 number.
 HWY_INLINE bool NarrowFp4Row(const uint8_t* packed, const uint8_t* scales, size_t blocks, int8_t* out, float& scale) {
