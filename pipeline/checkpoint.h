@@ -27,7 +27,8 @@
 namespace shardq {
 
 // 3: tasks x chunks (any recipe), reductions per chunk, factors as named blobs.
-inline constexpr uint32_t kCheckpointFormatVersion = 4;
+// 5: each task's stacked tensors (W8A8's shared tasks), so progress reads in tensor rows.
+inline constexpr uint32_t kCheckpointFormatVersion = 5;
 
 inline constexpr uint8_t kChunkPending = 0;
 inline constexpr uint8_t kChunkDone = 1;
@@ -53,6 +54,9 @@ struct TaskRecord {
   std::string name;
   uint64_t rows = 0;
   uint64_t rows_per_chunk = 0;
+  // Tensors whose rows each task row covers (Task::stacked_tensors): `status` counts rows
+  // as the run's log and report do, without the plan.
+  uint32_t stacked_tensors = 1;
   std::vector<ReduceRecord> reductions; // per chunk; empty when the task has no reduction
   std::vector<ChunkRecord> chunks;
   bool operator==(const TaskRecord&) const = default;

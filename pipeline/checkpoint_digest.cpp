@@ -65,6 +65,7 @@ void hash_task(CanonicalHash& h, const TaskRecord& t) {
   h.text(t.name);
   h.value(t.rows);
   h.value(t.rows_per_chunk);
+  h.value(t.stacked_tensors);
   h.value<uint64_t>(t.reductions.size());
   for (const auto& r : t.reductions) {
     h.value(r.done);

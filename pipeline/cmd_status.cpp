@@ -19,15 +19,17 @@ struct ChunkProgress {
   double chunk_seconds = 0;
 };
 
+// Rows are tensor rows (a task row times the tensors it stacks), as the run's log and
+// report count them.
 uint64_t rows_of_chunk(const TaskRecord& t, size_t chunk) {
   const uint64_t first = uint64_t(chunk) * t.rows_per_chunk;
-  return first >= t.rows ? 0 : std::min(t.rows_per_chunk, t.rows - first);
+  return first >= t.rows ? 0 : std::min(t.rows_per_chunk, t.rows - first) * t.stacked_tensors;
 }
 
 ChunkProgress progress_of(const TaskRecord& t) {
   ChunkProgress p;
   p.chunks = t.chunks.size();
-  p.rows = t.rows;
+  p.rows = t.rows * t.stacked_tensors;
   for (size_t i = 0; i < t.chunks.size(); ++i) {
     if (t.chunks[i].state != kChunkDone) continue;
     ++p.chunks_done;

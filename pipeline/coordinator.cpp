@@ -53,6 +53,7 @@ CheckpointState fresh_state(const Plan& plan) {
     record.name = task.name;
     record.rows = task.rows;
     record.rows_per_chunk = task.rows_per_chunk;
+    record.stacked_tensors = task.stacked_tensors;
     if (codec_reduces(task.codec)) record.reductions.resize(task.chunks());
     record.chunks.resize(task.chunks());
     state.tasks.push_back(std::move(record));

@@ -64,6 +64,7 @@ TaskRecord some_task(std::mt19937_64& rng, const std::string& name, size_t chunk
   t.name = name;
   t.rows_per_chunk = 4096;
   t.rows = chunks * t.rows_per_chunk - (chunks ? 17 : 0);
+  t.stacked_tensors = reduces ? 1 : 240; // a W8A8 task sharing 240 small linears
   for (size_t i = 0; i < chunks; ++i) {
     if (reduces) t.reductions.push_back({uint8_t(rng() % 2), float(rng() % 1000000) / 7.0f});
     t.chunks.push_back(some_chunk(rng));
@@ -432,7 +433,7 @@ TEST_F(CheckpointTest, RefusesWhatItCannotStore) {
 TEST_F(CheckpointTest, ChecksumCoversEveryField) {
   const CheckpointState base = some_state(1);
   const uint64_t reference = checkpoint_checksum(base);
-  std::vector<CheckpointState> variants(8, base);
+  std::vector<CheckpointState> variants(9, base);
   variants[0].fingerprint[0].second += "x";
   variants[1].tasks[0].chunks[3].stats.weighted_reference_sq.value += 1;
   variants[2].tasks[1].reductions[0].done ^= 1;
@@ -441,6 +442,7 @@ TEST_F(CheckpointTest, ChecksumCoversEveryField) {
   variants[5].tasks[0].rows_per_chunk += 1;
   variants[6].tasks[3].chunks[1].stats.inexact_blocks += 1;
   variants[7].tasks[2].name += "x";
+  variants[8].tasks[3].stacked_tensors += 1;
   for (size_t i = 0; i < variants.size(); ++i) EXPECT_NE(checkpoint_checksum(variants[i]), reference) << i;
 }
 

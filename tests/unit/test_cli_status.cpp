@@ -102,6 +102,29 @@ TEST_F(CliStatusTest, PrintsProgressOfASavedCheckpoint) {
   EXPECT_NE(o.out.find("finished: config"), std::string::npos) << o.out;
 }
 
+// A W8A8 task of 240 stacked linears of 32 rows, one chunk of 32 task rows, done in 2 s:
+// rows and rates in tensor rows (7680), as the run's log and report count them.
+TEST_F(CliStatusTest, CountsTheRowsOfStackedTensors) {
+  CheckpointState s = three_of_ten_done();
+  TaskRecord shared;
+  shared.name = "layers.0.ffn.experts.0.w1 and 239 more";
+  shared.rows = 32;
+  shared.rows_per_chunk = 2048;
+  shared.stacked_tensors = 240;
+  shared.chunks.resize(1);
+  shared.chunks[0].state = kChunkDone;
+  shared.chunks[0].seconds = 2.0;
+  s.tasks.push_back(shared);
+  save_checkpoint(path_, s);
+  const Outcome o = status(path_);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("1/1 chunks  100.0%  7680/7680 rows"), std::string::npos) << o.out;
+  // With the Engram task's 300 of 950: 7980 of 8630 rows in 8 chunk-seconds (997.5), 10 s wall.
+  EXPECT_NE(o.out.find("4/11 chunks  36.4%  7980/8630 rows"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("rows/s: 998 per chunk-second"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(", 798 wall"), std::string::npos) << o.out;
+}
+
 TEST_F(CliStatusTest, SaysWhenItFellBack) {
   save_checkpoint(path_, three_of_ten_done(1));
   save_checkpoint(path_, three_of_ten_done(2));
