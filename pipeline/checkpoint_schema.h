@@ -8,8 +8,8 @@
 //                          elapsed_seconds f64, updated_unix i64
 //   /fingerprint           one string attribute per field, in creation order
 //   /tasks                 name str[T], rows u64[T], rows_per_chunk u64[T],
-//                          stacked_tensors u32[T], chunks u64[T], reductions u64[T]
-//                          (counts per task, in order)
+//                          stacked_tensors u32[T] (left out when all are 1), chunks u64[T],
+//                          reductions u64[T] (counts per task, in order)
 //   /reductions            done u8[R], value f32[R] (tasks' reduction records, concatenated)
 //   /chunks                state u8[C], checksum u64[C], seconds f64[C], stats/<field>
 //                          (u64[C] counters, candidate_wins u64[C,16], *_sq u64[C,2]

@@ -218,6 +218,27 @@ TEST_F(CheckpointTest, EmptyStateRoundTrips) {
   EXPECT_EQ(loaded->state, empty);
 }
 
+// Stacked tensors are stored only where a task stacks more than one (W8A8's shared
+// tasks); a plan of single-tensor tasks leaves the column out and reads back ones.
+TEST_F(CheckpointTest, StackedTensorsColumnOnlyWhereATaskStacks) {
+  const auto has_column = [&] {
+    const hid_t file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const bool exists = H5Lexists(file, "/tasks/stacked_tensors", H5P_DEFAULT) > 0;
+    H5Fclose(file);
+    return exists;
+  };
+  CheckpointState single = some_state(1);
+  for (auto& task : single.tasks) task.stacked_tensors = 1;
+  save_checkpoint(path_, single);
+  EXPECT_FALSE(has_column());
+  EXPECT_EQ(load_checkpoint(path_)->state, single);
+  CheckpointState stacked = some_state(2);
+  ASSERT_EQ(stacked.tasks[3].stacked_tensors, 240u);
+  save_checkpoint(path_, stacked);
+  EXPECT_TRUE(has_column());
+  EXPECT_EQ(load_checkpoint(path_)->state, stacked);
+}
+
 TEST_F(CheckpointTest, FileHoldsTheDocumentedLayout) {
   save_checkpoint(path_, some_state(5));
   const hid_t file = H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
