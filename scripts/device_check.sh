@@ -2,18 +2,20 @@
 # CUDA checks on a lent GPU machine that has a driver but none of our libraries and no way
 # to fetch any. Two steps:
 #   scripts/device_check.sh pack   (here) build the CUDA parity tests (shardq_cuda_tests) and
-#                                  shardq_bench in BUILD_DIR (default build/device), copy them
-#                                  and every shared library they need, except the C library
-#                                  and the driver's, into .devicepkg/ (ignored, carried).
+#                                  the kernel benchmarks (shardq_device_bench) in BUILD_DIR
+#                                  (default build/device), copy them and every shared library
+#                                  they need, except the C library and the driver's, into
+#                                  .devicepkg/ (ignored, carried).
 #   scripts/device_check.sh run    (on the GPU machine, from the repo root) nvidia-smi, the
-#                                  CUDA parity tests (must run, not skip), the GPU benchmark
-#                                  and the CPU NVFP4 kernels beside it; logs into $OUT.
+#                                  CUDA parity tests (must run, not skip), the GPU benchmarks
+#                                  (NVFP4, INT8) and the CPU kernels of the same products
+#                                  beside them; logs into $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkg=.devicepkg
 build_dir="${BUILD_DIR:-build/device}"
-binaries=(shardq_cuda_tests shardq_bench)
+binaries=(shardq_cuda_tests shardq_device_bench)
 max_pkg_bytes=$((48 * 1024 * 1024)) # the carried tree may total 64 MiB; leave room for the repo
 
 # The C library and its loader come from the machine itself; libcuda and the other driver
@@ -84,9 +86,10 @@ run() {
     status=1
   fi
   cuda_tests "$out/cuda_tests.log" || status=1
-  # GPU rows (1M x 256, pageable and pinned input) and the CPU kernels (ref and SIMD, one
-  # core) of the same shape, in one run so the figures sit side by side.
-  "$pkg/bin/shardq_bench" --benchmark_filter='nvfp4' --benchmark_min_time="${BENCH_MIN_TIME:-0.3}" \
+  # GPU rows (NVFP4 1M x 256, INT8 128K x 2048; pageable and pinned input) and the CPU
+  # kernels (ref and SIMD, one core) of the same products, in one run so the figures sit
+  # side by side.
+  "$pkg/bin/shardq_device_bench" --benchmark_filter='nvfp4|int8' --benchmark_min_time="${BENCH_MIN_TIME:-0.3}" \
     --benchmark_out="$out/bench.json" --benchmark_out_format=json 2>&1 | tee "$out/bench.log" || status=1
   if grep -q 'ERROR OCCURRED' "$out/bench.log"; then
     echo "device_check: a benchmark reported an error (above)" >&2

@@ -1,14 +1,12 @@
 // NVFP4 rows on the CUDA device through quantize_rows_nvfp4_cuda, RTN and MSE, on 1M rows of
 // 256 fp32 values (1 GiB of input). The call takes host memory, so each iteration includes the
 // copy to the device, the kernel, the copies back and the host's stats fold: the figure a
-// stage calling it sees. Pageable input (std::vector, as a stage reads it) and pinned input
-// (what a stage with a cudaMallocHost buffer would get). Wall-clock time; counters as
-// bench_kernels.cpp: rows/s and GB/s of fp32 input (1 KiB per row).
+// stage calling it sees. Pageable and pinned input (tests/bench/cuda_bench_util.h).
+// Wall-clock time; counters as bench_kernels.cpp: rows/s and GB/s of fp32 input (1 KiB per row).
 // CUDA builds only (SHARDQ_WITH_CUDA); skipped when no device is there.
 #ifdef SHARDQ_WITH_CUDA
 
 #include <benchmark/benchmark.h>
-#include <cuda_runtime_api.h>
 
 #include <cstring>
 #include <random>
@@ -17,17 +15,13 @@
 
 #include "kernels/cuda/nvfp4_cuda.h"
 #include "kernels/nvfp4.h"
+#include "tests/bench/cuda_bench_util.h"
 
 namespace {
 
 constexpr int kCols = 256;
 constexpr int kRows = 1 << 20;
 constexpr int kDistinctRows = 65536; // generated once, then tiled: the device caches none of 1 GiB
-
-bool have_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 void fill_rows(float* out) {
   std::mt19937 rng(42);
@@ -38,32 +32,6 @@ void fill_rows(float* out) {
     std::memcpy(out + start, out, tile * sizeof(float));
 }
 
-// Host input of kRows x kCols, pageable or pinned; freed with the benchmark.
-class HostRows {
- public:
-  explicit HostRows(bool pinned) : pinned_(pinned) {
-    const size_t bytes = size_t(kRows) * kCols * sizeof(float);
-    if (!pinned_) {
-      pageable_.resize(size_t(kRows) * kCols);
-      data_ = pageable_.data();
-    } else if (cudaMallocHost(reinterpret_cast<void**>(&data_), bytes) != cudaSuccess) {
-      data_ = nullptr;
-    }
-    if (data_ != nullptr) fill_rows(data_);
-  }
-  ~HostRows() {
-    if (pinned_ && data_ != nullptr) cudaFreeHost(data_);
-  }
-  HostRows(const HostRows&) = delete;
-  HostRows& operator=(const HostRows&) = delete;
-  const float* data() const { return data_; }
-
- private:
-  bool pinned_;
-  std::vector<float> pageable_;
-  float* data_ = nullptr;
-};
-
 void set_counters(benchmark::State& state) {
   const double rows = double(state.iterations()) * kRows;
   state.counters["rows/s"] = benchmark::Counter(rows, benchmark::Counter::kIsRate);
@@ -72,15 +40,16 @@ void set_counters(benchmark::State& state) {
 
 // state.range(0): candidates (1 = RTN, 8 = MSE); state.range(1): 1 = pinned input.
 void BM_nvfp4_cuda_rows(benchmark::State& state) {
-  if (!have_device()) {
+  if (!shardq::test::have_cuda_device()) {
     state.SkipWithError("no CUDA device");
     return;
   }
-  const HostRows x(state.range(1) != 0);
+  const shardq::bench::HostBuffer<float> x(size_t(kRows) * kCols, state.range(1) != 0);
   if (x.data() == nullptr) {
     state.SkipWithError("cudaMallocHost of the input failed");
     return;
   }
+  fill_rows(x.data());
   const shardq::ScaleSearch search{int(state.range(0)), 0.75};
   const float global = shardq::Nvfp4::global_scale(0.1f);
   std::vector<uint8_t> packed(size_t(kRows) * kCols / 2), scales(size_t(kRows) * kCols / 16);
