@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <future>
 #include <string_view>
 
 #include "kernels/formats.h"
@@ -44,9 +43,11 @@ RecipeParams recipe_params(const Job& job) {
   return params;
 }
 
-// Every source shard's name, size and data offset and every tensor's name, dtype and byte
-// range, as "file:size:offset;" then "name:dtype:begin-end;" per tensor.
-std::string headers_text(const io::ShardReaders& readers, const std::vector<std::string>& files) {
+// The digest of the source headers for the fingerprint: each shard's name, size, data
+// offset and header hash (Reader::header_hash, taken as the header was parsed), as
+// "file:size:offset:hash;". Any change to a tensor's name, dtype, shape or place, or to
+// the metadata, changes it.
+std::string headers_digest(const io::ShardReaders& readers, const std::vector<std::string>& files) {
   std::string text;
   for (const auto& file : files) {
     const io::Reader& reader = readers.opened(file);
@@ -55,26 +56,11 @@ std::string headers_text(const io::ShardReaders& readers, const std::vector<std:
     io::append_decimal(text, reader.file_size());
     text += ':';
     io::append_decimal(text, reader.data_offset());
+    text += ':';
+    io::append_decimal(text, reader.header_hash());
     text += ';';
-    for (const auto& t : reader.tensors()) {
-      text += t.name;
-      text += ':';
-      text += io::dtype_name(t.dtype);
-      text += ':';
-      io::append_decimal(text, t.begin);
-      text += '-';
-      io::append_decimal(text, t.end);
-      text += ';';
-    }
   }
-  return text;
-}
-
-// The digest of the source headers (headers_text) for the fingerprint: a few MB of text
-// for 100K tensors, hashed on a thread of its own while the recipe plans (it reads the
-// readers the view opened, nothing the plan changes).
-std::future<std::string> start_headers_digest(const io::ShardReaders& readers, const std::vector<std::string>& files) {
-  return std::async(std::launch::async, [&readers, &files] { return hex_digest(headers_text(readers, files)); });
+  return hex_digest(text);
 }
 
 std::vector<std::pair<std::string, std::string>> make_fingerprint(const Plan& plan, std::string headers_digest) {
@@ -262,11 +248,9 @@ Plan make_plan(const Job& job, int ranks) {
   plan.dst = job.dst;
   plan.source_readers = std::make_shared<io::ShardReaders>(plan.src); // each source header parsed once
   io::ShardReaders& source_readers = *plan.source_readers;
-  std::future<std::string> headers_digest;
   try {
     plan.recipe = make_recipe(job.recipe);
     plan.source = read_checkpoint_view(source_readers, &plan.source_index);
-    headers_digest = start_headers_digest(source_readers, plan.source.shard_files);
     io::ShardReaders reference_readers(job.input_scales_from);
     std::optional<CheckpointView> reference;
     if (!job.input_scales_from.empty()) reference = read_checkpoint_view(reference_readers);
@@ -288,7 +272,7 @@ Plan make_plan(const Job& job, int ranks) {
   plan.group_tasks.resize(plan.recipe_plan.groups);
   for (size_t t = 0; t < plan.tasks().size(); ++t) plan.group_tasks.at(plan.tasks()[t].group).push_back(t);
   plan.other_files = unlisted_files(plan);
-  plan.fingerprint = make_fingerprint(plan, headers_digest.get());
+  plan.fingerprint = make_fingerprint(plan, headers_digest(source_readers, plan.source.shard_files));
   return plan;
 }
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <fmt/format.h>
 
@@ -260,6 +261,7 @@ Reader::Reader(const std::filesystem::path& path) : path_(path) {
     std::string header(header_length, '\0');
     pread_full(fd_, reinterpret_cast<uint8_t*>(header.data()), header_length, 8, label);
     tensors_ = parse_header(header, header_length, file_size_, label, &metadata_);
+    header_hash_ = XXH3_64bits(header.data(), header.size());
     data_offset_ = 8 + header_length;
     by_name_.build(tensors_.size(), [&](size_t i) -> std::string_view { return tensors_[i].name; });
   } catch (...) {

@@ -53,6 +53,9 @@ class Reader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   uint64_t data_offset() const { return data_offset_; } // absolute offset of the buffer
   uint64_t file_size() const { return file_size_; }
+  // XXH3-64 of the header's bytes as read (JSON text, metadata included): what a run's
+  // fingerprint keeps of the source, hashed here while the bytes are hot.
+  uint64_t header_hash() const { return header_hash_; }
 
   // Rows [first_row, first_row + row_count) of a tensor into out (row_count * row_bytes);
   // throws when the range leaves the tensor or rows are not whole bytes (e.g. F4 [r, odd]).
@@ -72,6 +75,7 @@ class Reader {
   int fd_ = -1;
   uint64_t file_size_ = 0;
   uint64_t data_offset_ = 0;
+  uint64_t header_hash_ = 0;
   std::vector<TensorInfo> tensors_;
   NameIndex by_name_; // into tensors_
   std::map<std::string, std::string> metadata_;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <xxhash.h>
+
 #include <numeric>
 
 #include "pipeline/io/safetensors.h"
@@ -149,6 +151,31 @@ TEST(SafetensorsWriter, RoundTripsThroughTheReader) {
   EXPECT_EQ(some, (std::vector<uint8_t>{a[47], b[0], b[1], b[2]}));
   EXPECT_EQ(reader.find("missing"), nullptr);
   EXPECT_THROW(reader.tensor("missing"), IoError);
+}
+
+// The header hash (a run's fingerprint keeps it of each source shard) is the xxh3-64 of the
+// header's bytes as stored, read here independently from the file; a header that differs
+// in one tensor's shape, or in the metadata alone, hashes differently; the same header in
+// another file hashes the same.
+TEST(SafetensorsReader, HeaderHashIsOfTheStoredHeaderBytes) {
+  ScratchDir dir;
+  const auto write = [&](const std::string& name, std::vector<TensorSpec> specs, const std::string& format) {
+    Writer writer(dir / name, std::move(specs), {{"format", format}});
+    writer.open(false);
+    writer.finish();
+    return dir / name;
+  };
+  const auto first = write("first.safetensors", sample_specs(), "pt");
+  const Reader reader(first);
+  const std::string raw = test::read_text(first);
+  const std::string header = raw.substr(8, reader.data_offset() - 8);
+  EXPECT_EQ(reader.header_hash(), XXH3_64bits(header.data(), header.size()));
+
+  EXPECT_EQ(Reader(write("same.safetensors", sample_specs(), "pt")).header_hash(), reader.header_hash());
+  std::vector<TensorSpec> reshaped = sample_specs();
+  reshaped[0].shape = {4, 3};
+  EXPECT_NE(Reader(write("reshaped.safetensors", reshaped, "pt")).header_hash(), reader.header_hash());
+  EXPECT_NE(Reader(write("metadata.safetensors", sample_specs(), "np")).header_hash(), reader.header_hash());
 }
 
 // More pieces than one pwritev takes (IOV_MAX, 1024), empty ones among them and one as
