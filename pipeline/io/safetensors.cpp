@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <cerrno>
 #include <utility>
 
@@ -109,10 +110,12 @@ void parse_metadata(const Json& value, const std::string& label, std::map<std::s
 }
 
 // Sorted by offset the tensors must tile the buffer from 0 without holes or overlaps, and
-// the buffer must end exactly at the end of the file.
-void check_layout(std::vector<TensorInfo>& tensors, uint64_t buffer_size, const std::string& label) {
-  std::stable_sort(tensors.begin(), tensors.end(),
-                   [](const TensorInfo& a, const TensorInfo& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+// the buffer must end exactly at the end of the file. Returns whether sorting moved any
+// (headers written in offset order, as ours are, are left as they are).
+bool check_layout(std::vector<TensorInfo>& tensors, uint64_t buffer_size, const std::string& label) {
+  const auto by_offset = [](const TensorInfo& a, const TensorInfo& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; };
+  const bool reordered = !std::is_sorted(tensors.begin(), tensors.end(), by_offset);
+  if (reordered) std::stable_sort(tensors.begin(), tensors.end(), by_offset);
   uint64_t expected = 0;
   const TensorInfo* previous = nullptr;
   for (const TensorInfo& t : tensors) {
@@ -135,6 +138,7 @@ void check_layout(std::vector<TensorInfo>& tensors, uint64_t buffer_size, const 
     throw IoError(fmt::format("{}: tensors end at buffer offset {} but the file holds {} bytes of data: {} trailing bytes", label,
                               expected, buffer_size, buffer_size - expected));
   }
+  return reordered;
 }
 
 // Any header the simple parse declines: a strict DOM, then each entry checked in order
@@ -222,22 +226,29 @@ uint64_t TensorInfo::row_bytes() const {
 }
 
 std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t header_length, uint64_t file_size,
-                                     const std::string& file_label, std::map<std::string, std::string>* metadata) {
+                                     const std::string& file_label, std::map<std::string, std::string>* metadata,
+                                     NameIndex* by_name) {
   check_header_length(header_length, file_size, file_label);
   if (header_json.size() != header_length) {
     throw IoError(fmt::format("{}: header holds {} bytes but its length field says {}", file_label, header_json.size(), header_length));
   }
   if (header_json.empty() || header_json.front() != '{') throw IoError(fmt::format("{}: header does not start with '{{'", file_label));
   std::vector<TensorInfo> tensors;
+  std::optional<NameIndex> names; // the simple parse's, while the order is the header's
   if (auto simple = parse_simple_header(header_json)) {
     for (const auto& tensor : simple->tensors) check_entry_size(tensor, file_label);
     tensors = std::move(simple->tensors);
+    names = std::move(simple->names);
     if (metadata)
       for (auto& [key, value] : simple->metadata) metadata->insert_or_assign(key, std::move(value));
   } else {
     tensors = parse_header_dom(header_json, file_label, metadata);
   }
-  check_layout(tensors, file_size - 8 - header_length, file_label);
+  if (check_layout(tensors, file_size - 8 - header_length, file_label)) names.reset();
+  if (by_name) {
+    if (!names) names.emplace().build(tensors.size(), [&](size_t i) -> std::string_view { return tensors[i].name; });
+    *by_name = std::move(*names);
+  }
   return tensors;
 }
 
@@ -260,10 +271,9 @@ Reader::Reader(const std::filesystem::path& path) : path_(path) {
     check_header_length(header_length, file_size_, label); // before allocating the header
     std::string header(header_length, '\0');
     pread_full(fd_, reinterpret_cast<uint8_t*>(header.data()), header_length, 8, label);
-    tensors_ = parse_header(header, header_length, file_size_, label, &metadata_);
+    tensors_ = parse_header(header, header_length, file_size_, label, &metadata_, &by_name_);
     header_hash_ = XXH3_64bits(header.data(), header.size());
     data_offset_ = 8 + header_length;
-    by_name_.build(tensors_.size(), [&](size_t i) -> std::string_view { return tensors_[i].name; });
   } catch (...) {
     ::close(fd_);
     throw;

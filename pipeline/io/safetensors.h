@@ -82,9 +82,11 @@ class Reader {
 };
 
 // Parses and validates a header (the bytes after the 8-byte length) against the file size;
-// the one entry point for untrusted headers, shared by Reader and the fuzzer.
+// the one entry point for untrusted headers, shared by Reader and the fuzzer. The tensors
+// come in offset order; `by_name`, if given, is set to index them by name.
 std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t header_length, uint64_t file_size,
-                                     const std::string& file_label, std::map<std::string, std::string>* metadata);
+                                     const std::string& file_label, std::map<std::string, std::string>* metadata,
+                                     NameIndex* by_name = nullptr);
 
 class DirectWriter;
 

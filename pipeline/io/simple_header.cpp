@@ -44,8 +44,7 @@ bool read_metadata(PlainJson& json, std::map<std::string, std::string>& metadata
   });
 }
 
-bool names_unique(const std::vector<TensorInfo>& tensors) {
-  NameIndex names;
+bool index_names(const std::vector<TensorInfo>& tensors, NameIndex& names) {
   return names.build(tensors.size(), [&](size_t i) -> std::string_view { return tensors[i].name; }).empty();
 }
 
@@ -67,7 +66,7 @@ std::optional<SimpleHeader> parse_simple_header(std::string_view header_json) {
     tensor.name = key;
     return read_tensor(json, tensor, numbers);
   });
-  if (!read || !json.at_end() || !names_unique(header.tensors)) return std::nullopt;
+  if (!read || !json.at_end() || !index_names(header.tensors, header.names)) return std::nullopt;
   return header;
 }
 

@@ -18,6 +18,7 @@ namespace shardq::io {
 
 struct SimpleHeader {
   std::vector<TensorInfo> tensors; // in header order, sizes not yet checked
+  NameIndex names;                 // into tensors (a header that repeats a name is not simple)
   std::map<std::string, std::string> metadata;
 };
 

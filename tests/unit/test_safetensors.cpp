@@ -178,6 +178,37 @@ TEST(SafetensorsReader, HeaderHashIsOfTheStoredHeaderBytes) {
   EXPECT_NE(Reader(write("metadata.safetensors", sample_specs(), "np")).header_hash(), reader.header_hash());
 }
 
+// Names are found at their own tensors whether the header lists them in offset order (as
+// ours do: the simple parse's name table is kept) or not (as the Python writer's sorted
+// keys often do: the tensors are sorted by offset and the table built again), by either
+// parse (an escaped name takes the strict one).
+TEST(SafetensorsReader, FindsEachNameWhateverTheHeaderOrder) {
+  ScratchDir dir;
+  const std::string entry_a = R"({"dtype":"U8","shape":[4],"data_offsets":[0,4]})";
+  const std::string entry_b = R"({"dtype":"U8","shape":[2,3],"data_offsets":[4,10]})";
+  const std::string entry_c = R"({"dtype":"U8","shape":[1],"data_offsets":[10,11]})";
+  const std::vector<std::pair<std::string, std::string>> headers = {
+      {"in_order", "{\"a\":" + entry_a + ",\"b\":" + entry_b + ",\"c\":" + entry_c + "}"},
+      {"reversed", "{\"c\":" + entry_c + ",\"b\":" + entry_b + ",\"a\":" + entry_a + "}"},
+      {"escaped", "{\"c\":" + entry_c + ",\"\\u0062\":" + entry_b + ",\"a\":" + entry_a + "}"},
+  };
+  for (const auto& [name, header] : headers) {
+    const auto path = dir / (name + ".safetensors");
+    test::write_safetensors_raw(path, header, 11);
+    const Reader reader(path);
+    ASSERT_EQ(reader.tensors().size(), 3u) << name;
+    EXPECT_EQ(reader.tensors()[0].name, "a") << name;
+    EXPECT_EQ(reader.tensors()[2].name, "c") << name;
+    for (const auto& [tensor, begin] : std::vector<std::pair<std::string, uint64_t>>{{"a", 0}, {"b", 4}, {"c", 10}}) {
+      const TensorInfo* found = reader.find(tensor);
+      ASSERT_NE(found, nullptr) << name << ": " << tensor;
+      EXPECT_EQ(found->name, tensor) << name;
+      EXPECT_EQ(found->begin, begin) << name << ": " << tensor;
+    }
+    EXPECT_EQ(reader.find("d"), nullptr) << name;
+  }
+}
+
 // More pieces than one pwritev takes (IOV_MAX, 1024), empty ones among them and one as
 // large as a direct write (written on its own), land back to back; a run that leaves the
 // buffer is refused like any write.
