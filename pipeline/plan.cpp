@@ -111,7 +111,7 @@ void plan_shards(Plan& plan, int ranks) {
 // tasks are planned, where the whole view's (100K names) costs a few cache misses a
 // lookup. Shard by shard on every core (each task's entry is its own slot).
 void plan_task_inputs(Plan& plan) {
-  const std::vector<size_t> shard_first = plan.source.shard_starts(); // the view's first tensor of each shard
+  const std::vector<size_t>& shard_first = plan.source.shard_starts(); // the view's first tensor of each shard
   plan.task_sources.assign(plan.tasks().size(), {});
   parallel_for(plan.shards.size(), [&](size_t s) {
     if (plan.shards[s].tasks.empty()) return;
@@ -362,7 +362,7 @@ io::ShardIndex output_index(const Plan& plan) {
   // it is said to be in first (that shard's table stays in cache while its names go by,
   // where the whole view's costs a few cache misses a lookup), then in the whole view.
   const size_t sources = plan.source.tensors.size();
-  const std::vector<size_t> starts = plan.source.shard_starts();
+  const std::vector<size_t>& starts = plan.source.shard_starts();
   constexpr size_t kUnset = SIZE_MAX, kMissing = SIZE_MAX - 1; // no entry before; a name no source tensor has
   const auto position_of = [&](std::string_view name, size_t shard) { // shard: where to look first, if known
     if (shard < plan.shards.size()) {

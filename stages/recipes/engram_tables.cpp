@@ -62,7 +62,7 @@ std::vector<EngramTable> engram_tables(const CheckpointView& source, const Engra
 
 void plan_changed_shards(const CheckpointView& source, const std::set<size_t>& shards, const ReplaceTensor& replace,
                          RecipePlan& plan, const ForEach& for_each) {
-  const std::vector<size_t> starts = source.shard_starts(); // the view lists tensors shard by shard
+  const std::vector<size_t>& starts = source.shard_starts(); // the view lists tensors shard by shard
   const std::vector<size_t> listed(shards.begin(), shards.end());
   std::vector<std::vector<ShardEntry>*> lists;
   for (size_t shard : listed) lists.push_back(&plan.shards[shard]); // the map is not touched below

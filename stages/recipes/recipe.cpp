@@ -20,6 +20,7 @@ uint64_t Task::input_row_count(size_t input, uint64_t first, uint64_t count) con
 }
 
 void CheckpointView::index() {
+  starts_ = starts_of_shards();
   const auto repeated = by_name_.build(tensors.size(), [&](size_t i) -> std::string_view { return tensors[i].spec.name; });
   if (!repeated.empty()) {
     const SourceTensor& again = tensors[repeated.front()];
@@ -29,7 +30,12 @@ void CheckpointView::index() {
   }
 }
 
-std::vector<size_t> CheckpointView::shard_starts() const {
+const std::vector<size_t>& CheckpointView::shard_starts() const {
+  if (starts_.size() != shard_files.size() + 1) throw StageError(fmt::format("{}: the view is not indexed", dir.string()));
+  return starts_;
+}
+
+std::vector<size_t> CheckpointView::starts_of_shards() const {
   std::vector<size_t> starts(shard_files.size() + 1, 0);
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (tensors[i].shard >= shard_files.size() || (i > 0 && tensors[i].shard < tensors[i - 1].shard)) {

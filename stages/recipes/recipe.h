@@ -54,9 +54,12 @@ struct CheckpointView {
   std::vector<std::string> shard_files;
   std::vector<SourceTensor> tensors;
 
-  void index(); // builds the name lookup after tensors are filled; StageError on a name stored twice
-  // Positions in tensors of each shard's first tensor, and one past the last (shard_files.size() + 1).
-  std::vector<size_t> shard_starts() const;
+  // Builds the name lookup and the shard starts after tensors are filled; StageError on a
+  // name stored twice or a tensor out of shard order.
+  void index();
+  // Positions in tensors of each shard's first tensor, and one past the last (shard_files.size() + 1),
+  // as index() found them (a plan asks a few times; each count would walk 100K tensors).
+  const std::vector<size_t>& shard_starts() const;
   const SourceTensor* find(std::string_view name) const;
   // find, looking first at the few tensors stored beside `near` in its shard: a linear's
   // scale usually sits next to its weight, and a neighbour is in cache where a lookup in
@@ -67,7 +70,9 @@ struct CheckpointView {
   const nlohmann::ordered_json& text_config() const;
 
  private:
-  NameIndex by_name_; // into tensors
+  std::vector<size_t> starts_of_shards() const;
+  NameIndex by_name_;          // into tensors
+  std::vector<size_t> starts_; // shard_starts()
 };
 
 // Reads a whole small tensor of the reference (an input_scale): the pipeline does the I/O.

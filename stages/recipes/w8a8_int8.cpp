@@ -175,7 +175,7 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   // Each shard's linears become tasks numbered within the shard (shards on every core: a
   // linear's weight and scale are in one shard, so each writes its own task_of_input
   // entries), then the shards' tasks are numbered in shard order, as one loop would.
-  const std::vector<size_t> starts = source.shard_starts();
+  const std::vector<size_t>& starts = source.shard_starts();
   std::vector<std::vector<Task>> shard_tasks(source.shard_files.size());
   run_each(inputs.for_each, shard_tasks.size(), [&](size_t shard) {
     std::vector<Task>& tasks = shard_tasks[shard];

@@ -78,7 +78,10 @@ TEST(CheckpointView, ShardStartsAndViewsOutOfShardOrderRefused) {
   CheckpointView view = two_shard_view();
   EXPECT_EQ(view.shard_starts(), (std::vector<size_t>{0, 6, 8}));
   std::swap(view.tensors[5], view.tensors[6]);
-  EXPECT_THROW(view.shard_starts(), StageError);
+  EXPECT_THROW(view.index(), StageError);
+  CheckpointView unindexed;
+  unindexed.shard_files = {"model.safetensors"};
+  EXPECT_THROW(unindexed.shard_starts(), StageError);
 }
 
 // Three shards of FP8 linears, FP4 experts, an ignored module and copied tensors.
