@@ -313,9 +313,8 @@ void Coordinator::finalize_ready_shards() {
     if (!saved) save(true); // every chunk is recorded before the first rename
     saved = true;
     std::vector<float> scalars;
-    for (const auto& entry : shard.entries) {
-      if (entry.source != EntrySource::group_scalar) continue;
-      const Task& task = plan_.tasks()[entry.task];
+    for (size_t e : shard.group_scalar_entries) {
+      const Task& task = plan_.tasks()[shard.entries[e].task];
       scalars.push_back(group_scalar(task.codec, group_value(task.group)));
     }
     const std::span<const uint8_t> scalar_bytes(reinterpret_cast<const uint8_t*>(scalars.data()), scalars.size() * sizeof(float));

@@ -135,8 +135,7 @@ std::filesystem::path OutputFiles::finalize(size_t shard, std::span<const float>
   const ShardPlan& plan_shard = plan_.shards[shard];
   io::Writer& out = writer(shard);
   size_t next_scalar = 0;
-  for (size_t e = 0; e < plan_shard.entries.size(); ++e) {
-    if (plan_shard.entries[e].source != EntrySource::group_scalar) continue;
+  for (size_t e : plan_shard.group_scalar_entries) {
     if (next_scalar >= group_scalars.size()) {
       throw PipelineError(fmt::format("{}: fewer group scalars received than planned", plan_shard.file));
     }

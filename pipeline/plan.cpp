@@ -99,7 +99,10 @@ void plan_shards(Plan& plan, int ranks) {
     ShardPlan& shard = *changed[i];
     std::vector<io::TensorSpec> specs;
     specs.reserve(shard.entries.size());
-    for (const auto& entry : shard.entries) specs.push_back(entry.spec);
+    for (size_t e = 0; e < shard.entries.size(); ++e) {
+      specs.push_back(shard.entries[e].spec);
+      if (shard.entries[e].source == EntrySource::group_scalar) shard.group_scalar_entries.push_back(e);
+    }
     shard.layout = io::Writer::plan(std::move(specs), shard.metadata);
   });
 }

@@ -30,6 +30,7 @@ struct ShardPlan {
   bool changed = false;               // the recipe rewrites it; otherwise hard-linked
   int owner = 0;                      // rank that writes it (write_mode owner)
   std::span<const ShardEntry> entries; // output tensors in order, and where each comes from (the recipe plan's)
+  std::vector<size_t> group_scalar_entries; // those written at finalize (EntrySource::group_scalar), in order
   std::vector<size_t> tasks;          // tasks writing rows into it
   io::FileLayout layout;              // planned offsets (tensors parallel to entries) and header
   std::map<std::string, std::string> metadata; // the source shard's __metadata__

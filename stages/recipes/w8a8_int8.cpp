@@ -290,10 +290,12 @@ Json W8a8Int8Recipe::report(const RecipePlan& plan, const RecipeParams& params, 
                           {"rel_rms_error", fmt::format("INT8 kinds: over rows r % {} == 0 of each tensor (rel_rms_rows); "
                                                         "BF16 kinds: over every row", kInt8ReportRowStride)},
                           {"ignore", params.ignore}};
-  std::map<std::string, uint64_t> dtypes; // output tensors by dtype (changed shards)
+  std::map<Dtype, uint64_t> by_dtype; // output tensors by dtype (changed shards): 100K entries, a handful of dtypes
   for (const auto& [shard, entries] : plan.shards) {
-    for (const auto& entry : entries) ++dtypes[std::string(dtype_name(entry.spec.dtype))];
+    for (const auto& entry : entries) ++by_dtype[entry.spec.dtype];
   }
+  std::map<std::string, uint64_t> dtypes; // by name in the report
+  for (const auto& [dtype, count] : by_dtype) dtypes[std::string(dtype_name(dtype))] = count;
   report["dtype_totals_changed_shards"] = dtypes;
   const auto [int8_kinds, bf16_kinds] = kind_totals(plan, totals);
   report["int8"] = kinds_report(int8_kinds);
