@@ -11,7 +11,6 @@
 
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "kernels/cuda/int8_cuda.h"
@@ -72,18 +71,7 @@ void BM_int8_cuda_rows(benchmark::State& state) {
   shardq::Int8CudaWorkspace workspace;
   const shardq::Int8CudaRows rows{source.kind, codes.data(), scales.data(), kRows, kCols, source.rows_per_scale_row};
   const auto quantize = [&] { return workspace.quantize(rows, out.data(), row_scales.data(), sums.data()); };
-  // The first call pays for the context, the module load and the workspace.
-  if (const char* error = quantize()) {
-    state.SkipWithError(("Int8CudaWorkspace::quantize: " + std::string(error)).c_str());
-    return;
-  }
-  for (auto _ : state) {
-    if (const char* error = quantize()) {
-      state.SkipWithError(("Int8CudaWorkspace::quantize: " + std::string(error)).c_str());
-      break;
-    }
-    benchmark::ClobberMemory();
-  }
+  if (!shardq::bench::time_device_calls(state, "Int8CudaWorkspace::quantize", quantize)) return;
   const double iterations = double(state.iterations());
   state.counters["GB/s"] = benchmark::Counter(iterations * double(out.size() + row_scales.size() * sizeof(float)) / 1e9,
                                               benchmark::Counter::kIsRate);

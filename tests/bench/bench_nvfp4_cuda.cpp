@@ -10,7 +10,6 @@
 
 #include <cstring>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "kernels/cuda/nvfp4_cuda.h"
@@ -60,19 +59,7 @@ void BM_nvfp4_cuda_rows(benchmark::State& state) {
     benchmark::DoNotOptimize(stats);
     return error;
   };
-  // The first call pays for the context and the module load; not what a stage sees per chunk.
-  if (const char* error = quantize()) {
-    state.SkipWithError(("quantize_rows_nvfp4_cuda: " + std::string(error)).c_str());
-    return;
-  }
-  for (auto _ : state) {
-    if (const char* error = quantize()) {
-      state.SkipWithError(("quantize_rows_nvfp4_cuda: " + std::string(error)).c_str());
-      break;
-    }
-    benchmark::ClobberMemory();
-  }
-  set_counters(state);
+  if (shardq::bench::time_device_calls(state, "quantize_rows_nvfp4_cuda", quantize)) set_counters(state);
 }
 
 } // namespace
