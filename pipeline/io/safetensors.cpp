@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <array>
-#include <optional>
 #include <cerrno>
+#include <optional>
 #include <utility>
 
 #include "pipeline/io/direct_writer.h"
