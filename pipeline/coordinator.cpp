@@ -9,6 +9,7 @@
 #include "pipeline/io/atomic_file.h"
 #include "pipeline/io/config.h"
 #include "pipeline/io/index.h"
+#include "pipeline/io/posix_file.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/report.h"
 #include "pipeline/signals.h"
@@ -310,7 +311,7 @@ void Coordinator::finalize_ready_shards() {
       mark_shard_finished(s, true);
       continue;
     }
-    if (!saved) save(true); // every chunk is recorded before the first rename
+    if (!saved) save(true, false); // every chunk is recorded before the first rename (the rank figures come with the last save)
     saved = true;
     std::vector<float> scalars;
     for (size_t e : shard.group_scalar_entries) {
@@ -323,32 +324,45 @@ void Coordinator::finalize_ready_shards() {
   }
 }
 
+// The index, config (with the recipe's side files) and report, each written and fsynced
+// under its staged name, then renamed: the report last, after one folder fsync for the
+// others, so that an output holding a report holds them too. One save then records the
+// three steps (a crash before it leaves them to be written again on resume).
 void Coordinator::finish_run() {
+  std::vector<std::filesystem::path> staged;
   if (!is_finished("index")) {
     crash_point("index");
     index_staged_.get();
-    io::commit_staged_file(plan_.dst / io::kIndexFileName);
-    mark_finished("index");
+    staged.push_back(plan_.dst / io::kIndexFileName);
   }
   if (!is_finished("config")) {
     crash_point("config");
-    io::write_config(plan_.dst / kConfigFile, plan_.recipe_plan.config);
-    for (const auto& [file, json] : plan_.recipe_plan.side_files) io::write_json_file(plan_.dst / file, json);
-    mark_finished("config");
+    staged.push_back(plan_.dst / kConfigFile);
+    io::stage_json_file(staged.back(), plan_.recipe_plan.config);
+    for (const auto& [file, json] : plan_.recipe_plan.side_files) {
+      staged.push_back(plan_.dst / file);
+      io::stage_json_file(staged.back(), json);
+    }
+  }
+  for (const auto& path : staged) io::rename_staged_file(path);
+  if (!staged.empty()) io::fsync_folder(plan_.dst);
+  for (const char* step : {"index", "config"}) {
+    if (!is_finished(step)) mark_finished(step, false);
   }
   if (!is_finished("report")) {
     crash_point("report");
     const double wall = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     io::write_json_file(plan_.dst / plan_.report_file(), build_report(plan_, state_, ranks_, wall));
-    mark_finished("report");
+    mark_finished("report", false);
   }
+  save(true);
   progress_.maybe_print("done", true);
   progress_.finish();
   link_.send_all(Tag::stop, encode(int32_t(0)));
   ended_ = true;
 }
 
-void Coordinator::save(bool force) {
+void Coordinator::save(bool force, bool rank_figures) {
   const auto now = std::chrono::steady_clock::now();
   // Space saves so that they take no more than ~5% of the run. Paced by the journal
   // appends only: a base rewrite (at the start, when blobs change, once the journal
@@ -372,7 +386,7 @@ void Coordinator::save(bool force) {
   changes_ = CheckpointChanges{};
   changes_.finished_from = state_.finished.size();
   crash_point("save");
-  write_rank_figures(force);
+  if (rank_figures) write_rank_figures(force);
   dirty_ = false;
   last_save_ = std::chrono::steady_clock::now();
   if (!base) append_seconds_[appends_++ % append_seconds_.size()] = std::chrono::duration<double>(last_save_ - now).count();

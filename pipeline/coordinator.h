@@ -61,7 +61,9 @@ class Coordinator {
   void send_factors_once(int rank, int set);
   void finalize_ready_shards();
   void finish_run();
-  void save(bool force);
+  // force: now, whatever the time since the last; rank_figures: also the figures beside
+  // the checkpoint (when due, or now if forced).
+  void save(bool force, bool rank_figures = true);
   double typical_append_seconds() const; // the median of the recent journal appends (0 before any)
   void write_rank_figures(bool force);
   bool is_finished(const std::string& step) const;

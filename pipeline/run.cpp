@@ -95,9 +95,12 @@ void remove_outputs(const Plan& plan) {
   }
   for (const std::string& file : {std::string(io::kIndexFileName), std::string(kConfigFile), plan.report_file()}) {
     std::filesystem::remove(plan.dst / file);
-    std::filesystem::remove(io::staged_path(plan.dst / file)); // the index is staged during a run
+    std::filesystem::remove(io::staged_path(plan.dst / file)); // staged during a run, renamed at its end
   }
-  for (const auto& side : plan.recipe_plan.side_files) std::filesystem::remove(plan.dst / side.first);
+  for (const auto& side : plan.recipe_plan.side_files) {
+    std::filesystem::remove(plan.dst / side.first);
+    std::filesystem::remove(io::staged_path(plan.dst / side.first));
+  }
 }
 
 // A done chunk whose bytes no longer match its checksum is recomputed: its record and

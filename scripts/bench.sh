@@ -279,6 +279,7 @@ cp_vs_run() {
   local shards=() bytes=0 out_bytes=0 start cp_s run_s cp_out_s times=()
   mapfile -t shards < <(cd "$src" && ls ./*.safetensors | sed 's#^./##')
   for shard in "${shards[@]}"; do bytes=$((bytes + $(stat -c %s "$src/$shard"))); done
+  sync # what others left dirty (a build just before, say) is written back before the first round, not during it
   copy_shards() { # FROM: each shard copied into $dir/cp, then fsynced
     rm -rf "$dir/cp" && mkdir -p "$dir/cp"
     cat "${shards[@]/#/$1/}" >/dev/null

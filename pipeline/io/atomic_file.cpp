@@ -42,7 +42,7 @@ void stage_file(const std::filesystem::path& path, std::string_view bytes) {
   }
 }
 
-void commit_staged_file(const std::filesystem::path& path) {
+void rename_staged_file(const std::filesystem::path& path) {
   const std::filesystem::path tmp = staged_path(path);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int error = errno;
@@ -50,6 +50,10 @@ void commit_staged_file(const std::filesystem::path& path) {
     std::filesystem::remove(tmp, ignored);
     throw IoError(fmt::format("{}: rename to {} failed: {}", tmp.string(), path.string(), errno_text(error)));
   }
+}
+
+void commit_staged_file(const std::filesystem::path& path) {
+  rename_staged_file(path);
   fsync_folder(folder_of(path));
 }
 

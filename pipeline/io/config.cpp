@@ -16,14 +16,24 @@ nlohmann::ordered_json read_json_object(const std::filesystem::path& path) {
   return json;
 }
 
-void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& json) {
-  std::string text;
+namespace {
+
+std::string json_file_text(const std::filesystem::path& path, const nlohmann::ordered_json& json) {
   try {
-    text = json.dump(2) + "\n";
+    return json.dump(2) + "\n";
   } catch (const nlohmann::ordered_json::type_error& e) {
     throw IoError(fmt::format("{}: cannot serialize: {}", path.string(), e.what()));
   }
-  write_file_atomic(path, text);
+}
+
+} // namespace
+
+void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& json) {
+  write_file_atomic(path, json_file_text(path, json));
+}
+
+void stage_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& json) {
+  stage_file(path, json_file_text(path, json));
 }
 
 } // namespace shardq::io

@@ -31,11 +31,12 @@ expect_refusal() { # LOG PATTERN...: the run failed and its message holds every 
   echo "refused: $(grep -o 'shardq: error: .*' "$log" | cut -c1-220)"
 }
 
-# Interrupted twice after some chunks are recorded (paced: saves come every 0.5 s). Each run
-# starts with a whole save (the base) and then journals its changes: after the second run
-# the first run's base is kept as PATH.prev.
+# Interrupted twice after some chunks are recorded (paced: saves come every 0.5 s, and one
+# records every chunk before the shards are renamed). Each run starts with a whole save (the
+# base) and then journals its changes: after the second run the first run's base is kept as
+# PATH.prev. The second save of a run is never its last (which records the finished output).
 for attempt in 1 2; do
-  SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/crash$attempt.log" "${ARGS[@]}" && fail "the crash did not happen"
+  SHARDQ_TEST_CHUNK_DELAY_MS=50 SHARDQ_CRASH_AT=save:2 run_shardq 0 "$WORK/crash$attempt.log" "${ARGS[@]}" && fail "the crash did not happen"
 done
 (($(done_chunks "$CKPT" | wc -l) > 0)) || fail "no chunk recorded before the crash"
 [[ -s "$CKPT.journal" ]] || fail "the saves after the base left no journal"
