@@ -29,6 +29,9 @@ wait_for() {
   testbed_wait_for "$seconds" "$@" && return
   cat "$log"
   tail -n 20 "$TESTBED_STATE"/slurm/slurm*.log
+  # Why the job waits (its Reason) and what the nodes say (a drained or completing node holds it back).
+  scontrol show job "$job_id" | grep -E 'JobState|BeginTime|NodeList'
+  sinfo -N -o '%N %T %E'
   fail "no $what after $seconds s (job $job_id: $(job_state))"
 }
 running() { [ "$(job_state)" = RUNNING ]; }
