@@ -68,7 +68,7 @@ class Coordinator {
   void write_rank_figures(bool force);
   bool is_finished(const std::string& step) const;
   // Records a finished step; forced: saved now (otherwise with the next save).
-  void mark_finished(const std::string& step, bool forced = true);
+  void mark_finished(const std::string& step, bool forced);
   void mark_shard_finished(size_t shard, bool forced);
 
   const Plan& plan_;
