@@ -93,13 +93,11 @@ void remove_outputs(const Plan& plan) {
     std::filesystem::remove(plan.dst / shard.file);
     std::filesystem::remove(plan.dst / (shard.file + ".partial"));
   }
-  for (const std::string& file : {std::string(io::kIndexFileName), std::string(kConfigFile), plan.report_file()}) {
+  std::vector<std::string> closing_files = {std::string(io::kIndexFileName), kConfigFile, plan.report_file()};
+  for (const auto& side : plan.recipe_plan.side_files) closing_files.push_back(side.first);
+  for (const std::string& file : closing_files) {
     std::filesystem::remove(plan.dst / file);
     std::filesystem::remove(io::staged_path(plan.dst / file)); // staged during a run, renamed at its end
-  }
-  for (const auto& side : plan.recipe_plan.side_files) {
-    std::filesystem::remove(plan.dst / side.first);
-    std::filesystem::remove(io::staged_path(plan.dst / side.first));
   }
 }
 
