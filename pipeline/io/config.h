@@ -22,6 +22,5 @@ void write_json_file(const std::filesystem::path& path, const nlohmann::ordered_
 void stage_json_file(const std::filesystem::path& path, const nlohmann::ordered_json& json);
 
 inline nlohmann::ordered_json read_config(const std::filesystem::path& path) { return read_json_object(path); }
-inline void write_config(const std::filesystem::path& path, const nlohmann::ordered_json& config) { write_json_file(path, config); }
 
 } // namespace shardq::io

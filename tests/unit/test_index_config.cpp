@@ -75,7 +75,7 @@ TEST(IoConfig, KeepsKeyOrderAndWritesIndentedWithNewline) {
   test::write_text(path, R"({"zeta": 1, "alpha": {"y": true, "b": [1, 2]}, "mid": "x"})");
   nlohmann::ordered_json config = read_config(path);
   config["new_key"] = nullptr;
-  write_config(path, config);
+  write_json_file(path, config);
   const std::string expected =
       "{\n"
       "  \"zeta\": 1,\n"
