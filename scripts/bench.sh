@@ -28,6 +28,21 @@ runs = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if 
 now() { date +%s.%N; }
 seconds_since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$1" "$(now)"; }
 
+# copy_and_sync FROM TO FILE...: the FILEs of FROM (read once beforehand: from a warm page
+# cache) copied into TO by one `cp`, then each fsynced by one `sync` (given files, GNU sync
+# fsyncs each: durable as shardq's shards are); prints the seconds. One process for all the
+# files, not one per file: on the CI VM a `cp` + `sync` pair per shard costs ~3 ms of process
+# starts, which for the real-count fixture's 46 small shards was more than the copy itself
+# (0.20-0.26 s against 0.08 s).
+copy_and_sync() {
+  local from=$1 to=$2 start
+  shift 2
+  cat "${@/#/$from/}" >/dev/null
+  start=$(now)
+  cp "${@/#/$from/}" "$to/" && sync "${@/#/$to/}"
+  seconds_since "$start"
+}
+
 # NVFP4 row kernels (and the FP8 E8M0-32 source decode, scalar and SIMD) on one core vs
 # memcpy of the same fp32 bytes (1 KiB per row of 256 values); prints each kernel's GB/s
 # and its ratio to memcpy, medians of interleaved repetitions.
@@ -130,17 +145,12 @@ e2e_run_seconds() { # work ranks dst [method] [threads]
 # (each cp'd file fsync'd: shardq's output is durable too), both from a warm page cache.
 # Target: shardq <= 1.3x cp.
 bench_e2e() {
-  local work shards=() bytes=0 start cp_s run_s
+  local work shards=() bytes=0 cp_s run_s
   work=$(e2e_fixture)
   mapfile -t shards < <(e2e_table_shards "$work/src")
   rm -rf "$work/cp" && mkdir -p "$work/cp"
-  for shard in "${shards[@]}"; do
-    cat "$work/src/$shard" >/dev/null
-    bytes=$((bytes + $(stat -c %s "$work/src/$shard")))
-  done
-  start=$(now)
-  for shard in "${shards[@]}"; do cp "$work/src/$shard" "$work/cp/$shard" && sync "$work/cp/$shard"; done
-  cp_s=$(seconds_since "$start")
+  for shard in "${shards[@]}"; do bytes=$((bytes + $(stat -c %s "$work/src/$shard"))); done
+  cp_s=$(copy_and_sync "$work/src" "$work/cp" "${shards[@]}")
   rm -rf "$work/cp"
   run_s=$(e2e_run_seconds "$work" 1 "$work/out-e2e")
   python3 - "$bytes" "$cp_s" "$run_s" "${#shards[@]}" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'PY'
@@ -280,12 +290,9 @@ cp_vs_run() {
   mapfile -t shards < <(cd "$src" && ls ./*.safetensors | sed 's#^./##')
   for shard in "${shards[@]}"; do bytes=$((bytes + $(stat -c %s "$src/$shard"))); done
   sync # what others left dirty (a build just before, say) is written back before the first round, not during it
-  copy_shards() { # FROM: each shard copied into $dir/cp, then fsynced
+  copy_shards() { # FROM: the shards copied into $dir/cp, then each fsynced
     rm -rf "$dir/cp" && mkdir -p "$dir/cp"
-    cat "${shards[@]/#/$1/}" >/dev/null
-    start=$(now)
-    for shard in "${shards[@]}"; do cp "$1/$shard" "$dir/cp/$shard" && sync "$dir/cp/$shard"; done
-    seconds_since "$start"
+    copy_and_sync "$1" "$dir/cp" "${shards[@]}"
   }
   for ((round = 0; round < ${BENCH_ROUNDS:-3}; round++)); do
     rm -rf "$dir/out"
