@@ -332,10 +332,11 @@ print(f"{'cp + fsync (median)':28s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s"
 print(f"{label + ' (median)':28s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s in, {out_size / run_s / 1e9:.3f} GB/s out")
 print(f"{'cp + fsync of its output':28s} {cp_out_s:9.2f} s {out_size / cp_out_s / 1e9:7.3f} GB/s")
 # The same output bytes written as a plan-free streaming engine writes them (shardq_stream_copy:
-# writeback started behind each piece, both cores). Which of the two copies is faster depends
-# on the disk's mood (on small shards the streamed one, on GB shards either): the faster one
-# in each round is the floor, the least any job writing these bytes takes here. What the
-# target leaves above the floor is the budget for everything a job does besides writing.
+# writeback started behind each piece, both cores). The faster of the two copies in a round
+# is its floor, what writing these bytes alone takes here; what the target leaves above it
+# is the budget for everything else a job does. A floor on small shards only: after a job
+# writes GBs this VM's disk slows for seconds, and the copies that follow can take longer
+# than the job did (docs/benchmarks.md).
 print(f"{'streamed copy of its output':28s} {stream_s:9.2f} s {out_size / stream_s / 1e9:7.3f} GB/s")
 floors = [min(o, s) for _, _, o, s in rounds]
 print(f"{'median ratio shardq / cp':28s} {statistics.median(r / c for c, r, _, _ in rounds):9.2f} (target <= {target})")
