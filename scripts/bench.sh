@@ -281,10 +281,9 @@ PY
 # shards CMD wrote under the same names copied the same way (the disk's cost of the bytes
 # the job writes, where its output is larger than its input), then those shards again
 # through shardq_stream_copy (the floor: as a plan-free streaming engine writes them), in
-# turn, BENCH_ROUNDS times
-# (default 3): the disk of a shared VM swings 2-4x between minutes, so each round's ratios
-# are taken between neighbours and the median ratio is the figure. Prints every round, the
-# medians, and the output size next to the input size.
+# turn, BENCH_ROUNDS times (default 3): the disk of a shared VM swings 2-4x between
+# minutes, so each round's ratios are taken between neighbours and the median ratio is the
+# figure. Prints every round, the medians, and the output size next to the input size.
 cp_vs_run() {
   local src=$1 dir=$2 label=$3 target=$4
   shift 4
@@ -296,6 +295,12 @@ cp_vs_run() {
     rm -rf "$dir/cp" && mkdir -p "$dir/cp"
     copy_and_sync "$1" "$dir/cp" "${shards[@]}"
   }
+  stream_shards() { # FROM: the shards copied into $dir/cp by shardq_stream_copy
+    rm -rf "$dir/cp" && mkdir -p "$dir/cp"
+    start=$(now)
+    "$build_dir/tests/shardq_stream_copy" "$1" "$dir/cp" "${shards[@]}"
+    seconds_since "$start"
+  }
   for ((round = 0; round < ${BENCH_ROUNDS:-3}; round++)); do
     rm -rf "$dir/out"
     cp_s=$(copy_shards "$src")
@@ -306,28 +311,26 @@ cp_vs_run() {
     run_s=$(seconds_since "$start")
     out_bytes=$(cat "${shards[@]/#/$dir/out/}" | wc -c)
     cp_out_s=$(copy_shards "$dir/out")
-    rm -rf "$dir/cp" && mkdir -p "$dir/cp"
-    start=$(now)
-    "$build_dir/tests/shardq_stream_copy" "$dir/out" "$dir/cp" "${shards[@]}"
-    stream_out_s=$(seconds_since "$start")
+    stream_out_s=$(stream_shards "$dir/out")
     rm -rf "$dir/cp"
     times+=("$cp_s" "$run_s" "$cp_out_s" "$stream_out_s")
   done
   rm -rf "$dir/out"
   python3 - "$bytes" "$out_bytes" "${#shards[@]}" "$label" "$target" "$(cut -d' ' -f1-3 /proc/loadavg)" "$src" "${times[@]}" <<'PY'
-import json, os, statistics, sys
+import collections, json, os, statistics, sys
 size, out_size, shards, label, target, load = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], float(sys.argv[5]), sys.argv[6]
 tensors = len(json.load(open(os.path.join(sys.argv[7], "model.safetensors.index.json")))["weight_map"])
 times = [float(t) for t in sys.argv[8:]]
-rounds = list(zip(times[0::4], times[1::4], times[2::4], times[3::4]))
+Round = collections.namedtuple("Round", "cp run cp_out stream")
+rounds = [Round(*times[i:i + 4]) for i in range(0, len(times), 4)]
 print(f"rewritten shards: {shards}, {size / 1e9:.3f} GB in, {out_size / 1e9:.3f} GB out; load average {load}")
-for i, (cp_s, run_s, cp_out_s, stream_s) in enumerate(rounds):
-    print(f"round {i}: cp + fsync {cp_s:6.2f} s, shardq {run_s:6.2f} s, ratio {run_s / cp_s:5.2f}; "
-          f"cp + fsync of its output {cp_out_s:6.2f} s, ratio {run_s / cp_out_s:5.2f}; streamed {stream_s:6.2f} s")
-cp_s = statistics.median(c for c, _, _, _ in rounds)
-run_s = statistics.median(r for _, r, _, _ in rounds)
-cp_out_s = statistics.median(o for _, _, o, _ in rounds)
-stream_s = statistics.median(s for _, _, _, s in rounds)
+for i, x in enumerate(rounds):
+    print(f"round {i}: cp + fsync {x.cp:6.2f} s, shardq {x.run:6.2f} s, ratio {x.run / x.cp:5.2f}; "
+          f"cp + fsync of its output {x.cp_out:6.2f} s, ratio {x.run / x.cp_out:5.2f}; streamed {x.stream:6.2f} s")
+cp_s = statistics.median(x.cp for x in rounds)
+run_s = statistics.median(x.run for x in rounds)
+cp_out_s = statistics.median(x.cp_out for x in rounds)
+stream_s = statistics.median(x.stream for x in rounds)
 print(f"{'cp + fsync (median)':28s} {cp_s:9.2f} s {size / cp_s / 1e9:7.3f} GB/s")
 print(f"{label + ' (median)':28s} {run_s:9.2f} s {size / run_s / 1e9:7.3f} GB/s in, {out_size / run_s / 1e9:.3f} GB/s out")
 print(f"{'cp + fsync of its output':28s} {cp_out_s:9.2f} s {out_size / cp_out_s / 1e9:7.3f} GB/s")
@@ -338,15 +341,15 @@ print(f"{'cp + fsync of its output':28s} {cp_out_s:9.2f} s {out_size / cp_out_s 
 # writes GBs this VM's disk slows for seconds, and the copies that follow can take longer
 # than the job did (docs/benchmarks.md).
 print(f"{'streamed copy of its output':28s} {stream_s:9.2f} s {out_size / stream_s / 1e9:7.3f} GB/s")
-floors = [min(o, s) for _, _, o, s in rounds]
-print(f"{'median ratio shardq / cp':28s} {statistics.median(r / c for c, r, _, _ in rounds):9.2f} (target <= {target})")
-print(f"{'  ... / cp of its output':28s} {statistics.median(r / o for _, r, o, _ in rounds):9.2f}")
-print(f"{'  budget above the floor':28s} {statistics.median(target * c - f for (c, _, _, _), f in zip(rounds, floors)) * 1e3:9.1f} ms "
+floor = lambda x: min(x.cp_out, x.stream)
+print(f"{'median ratio shardq / cp':28s} {statistics.median(x.run / x.cp for x in rounds):9.2f} (target <= {target})")
+print(f"{'  ... / cp of its output':28s} {statistics.median(x.run / x.cp_out for x in rounds):9.2f}")
+print(f"{'  budget above the floor':28s} {statistics.median(target * x.cp - floor(x) for x in rounds) * 1e3:9.1f} ms "
       f"(target x cp - the faster copy of its output); shardq above the floor "
-      f"{statistics.median(r - f for (_, r, _, _), f in zip(rounds, floors)) * 1e3:.1f} ms")
+      f"{statistics.median(x.run - floor(x) for x in rounds) * 1e3:.1f} ms")
 # What the job costs beyond the disk's share of its own output, spread over the source's
 # tensors: the engine's fixed cost per tensor, which a fixture of many small ones exposes.
-print(f"{'  beyond cp of its output':28s} {statistics.median((r - o) for _, r, o, _ in rounds) / tensors * 1e6:9.2f} us per source tensor ({tensors} tensors)")
+print(f"{'  beyond cp of its output':28s} {statistics.median(x.run - x.cp_out for x in rounds) / tensors * 1e6:9.2f} us per source tensor ({tensors} tensors)")
 PY
 }
 
