@@ -43,6 +43,17 @@ copy_and_sync() {
   seconds_since "$start"
 }
 
+# stream_and_sync FROM TO FILE...: as copy_and_sync, through shardq_stream_copy (writeback
+# started behind each 1 MiB piece, each file fsynced at its end, both cores).
+stream_and_sync() {
+  local from=$1 to=$2 start
+  shift 2
+  cat "${@/#/$from/}" >/dev/null
+  start=$(now)
+  "$build_dir/tests/shardq_stream_copy" "$from" "$to" "$@"
+  seconds_since "$start"
+}
+
 # NVFP4 row kernels (and the FP8 E8M0-32 source decode, scalar and SIMD) on one core vs
 # memcpy of the same fp32 bytes (1 KiB per row of 256 values); prints each kernel's GB/s
 # and its ratio to memcpy, medians of interleaved repetitions.
@@ -291,27 +302,21 @@ cp_vs_run() {
   mapfile -t shards < <(cd "$src" && ls ./*.safetensors | sed 's#^./##')
   for shard in "${shards[@]}"; do bytes=$((bytes + $(stat -c %s "$src/$shard"))); done
   sync # what others left dirty (a build just before, say) is written back before the first round, not during it
-  copy_shards() { # FROM: the shards copied into $dir/cp, then each fsynced
+  copy_shards() { # COPIER FROM: the shards copied into a fresh $dir/cp by copy_and_sync or stream_and_sync
     rm -rf "$dir/cp" && mkdir -p "$dir/cp"
-    copy_and_sync "$1" "$dir/cp" "${shards[@]}"
-  }
-  stream_shards() { # FROM: the shards copied into $dir/cp by shardq_stream_copy
-    rm -rf "$dir/cp" && mkdir -p "$dir/cp"
-    start=$(now)
-    "$build_dir/tests/shardq_stream_copy" "$1" "$dir/cp" "${shards[@]}"
-    seconds_since "$start"
+    "$1" "$2" "$dir/cp" "${shards[@]}"
   }
   for ((round = 0; round < ${BENCH_ROUNDS:-3}; round++)); do
     rm -rf "$dir/out"
-    cp_s=$(copy_shards "$src")
+    cp_s=$(copy_shards copy_and_sync "$src")
     rm -rf "$dir/cp"
     cat "${shards[@]/#/$src/}" >/dev/null
     start=$(now)
     "$@" --dst "$dir/out" >"$dir/out.log" 2>&1 || { echo "shardq run failed:" >&2; tail -5 "$dir/out.log" >&2; return 1; }
     run_s=$(seconds_since "$start")
     out_bytes=$(cat "${shards[@]/#/$dir/out/}" | wc -c)
-    cp_out_s=$(copy_shards "$dir/out")
-    stream_out_s=$(stream_shards "$dir/out")
+    cp_out_s=$(copy_shards copy_and_sync "$dir/out")
+    stream_out_s=$(copy_shards stream_and_sync "$dir/out")
     rm -rf "$dir/cp"
     times+=("$cp_s" "$run_s" "$cp_out_s" "$stream_out_s")
   done

@@ -19,7 +19,7 @@
 
 namespace {
 
-constexpr size_t piece_bytes = size_t{1} << 20;
+constexpr size_t kPieceBytes = size_t{1} << 20;
 
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
   throw std::runtime_error(what + " " + path + ": " + std::strerror(errno));
@@ -47,7 +47,7 @@ void copy_file(const std::string& from, const std::string& to, std::vector<char>
   ::close(in);
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   auto copy_some = [&] {
-    std::vector<char> piece(piece_bytes);
+    std::vector<char> piece(kPieceBytes);
     try {
       for (size_t i; !failed && (i = next++) < files.size();) copy_file(from + "/" + files[i], to + "/" + files[i], piece);
     } catch (const std::exception& error) {
