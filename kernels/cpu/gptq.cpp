@@ -4,6 +4,11 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+// The hot loops below get an AVX2 clone beside the baseline one, picked at load time. Other
+// architectures build them once (aarch64's baseline, NEON, already vectorizes them).
+#define SHARDQ_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SHARDQ_AVX2_CLONES
 #endif
 
 #include <algorithm>
@@ -34,7 +39,7 @@ struct GroupScales {
 // lines 256 B apart.
 typedef float Float8 __attribute__((vector_size(32)));
 
-__attribute__((target_clones("avx2", "default"))) void transpose_into_tile(const float* x, int rows, float* tile,
+SHARDQ_AVX2_CLONES void transpose_into_tile(const float* x, int rows, float* tile,
                                                                           float* copy) {
   for (int r0 = 0; r0 < kTile; r0 += 8) {
     for (int c0 = 0; c0 < kCols; c0 += 8) {
@@ -109,9 +114,9 @@ inline float e2m1_magnitude_branchless(float a) {
 
 // Column j of every row: code, and the scaled error e = (x - q) / U[j, j] into `errors`.
 // q = ((+-magnitude) * scale) * global: the same roundings as dequantize_nvfp4.
-// target_clones: AVX2 where the CPU has it; no FMA contraction (ISO C++ mode), so both
+// target_clones: AVX2 where the CPU has it; no FMA contraction (-ffp-contract=off), so both
 // clones compute the same bits.
-__attribute__((target_clones("avx2", "default"))) void quantize_column(const float* column,
+SHARDQ_AVX2_CLONES void quantize_column(const float* column,
                                                                         const GroupScales& group,
                                                                         float global_scale, float u_jj,
                                                                         uint8_t* nibbles, float* errors) {
@@ -265,7 +270,7 @@ inline void transpose_bytes_8x8(uint64_t* x) {
 
 // Packs each row's codes: byte pairs column by column (contiguous over rows, vectorized),
 // then 8 x 8 byte transposes into the row-major output.
-__attribute__((target_clones("avx2", "default"))) void pack_tile(const GptqWorkspace& ws, int rows,
+SHARDQ_AVX2_CLONES void pack_tile(const GptqWorkspace& ws, int rows,
                                                                  uint8_t* packed) {
   constexpr int kPairs = kCols / 2;
   alignas(64) uint8_t pairs[kPairs * kTile]; // pairs[p * kTile + r]: row r's byte p

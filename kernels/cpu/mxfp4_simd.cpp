@@ -16,6 +16,12 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/mxfp4_simd.cpp"
+// No SVE_256: there this Highway's ConcatEven of two 4-lane (capped) vectors takes the even
+// lanes of the whole 8-lane registers, so GroupScales paired the wrong blocks' amaxes
+// (tests/unit/test_mxfp4_simd.cpp failed under qemu at 256 bits). A 256-bit SVE CPU runs
+// the generic SVE target, whose lane count differs from the compiled one and so takes the
+// per-block path; the DGX Spark (128 bits) runs SVE2_128, where 4 lanes are the whole vector.
+#define HWY_DISABLED_TARGETS HWY_SVE_256
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/cpu/e4m3_simd-inl.h"
