@@ -14,13 +14,22 @@ debs=(
   python3-pip
 )
 
+# The aarch64 check (scripts/test.sh): a cross compiler, qemu, and the kernels' libraries
+# for arm64 beside the native ones (Debian multiarch).
+arm64_debs=(
+  g++-aarch64-linux-gnu qemu-user
+  libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libopenblas-pthread-dev:arm64
+  libfmt-dev:arm64 libxxhash-dev:arm64
+)
+
 missing=()
-for p in "${debs[@]}"; do
+for p in "${debs[@]}" "${arm64_debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "deps: installing ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds the release preset, runs every test through ctest,
-# then the asan preset's unit tests and a short fuzz run of the header parser.
+# then the aarch64 preset's kernel tests under qemu, the asan preset's unit tests and a
+# short fuzz run of the header parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -9,6 +10,14 @@ jobs=$(nproc)
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release -j "$jobs" --output-on-failure
+
+# The kernels and stages built for aarch64 (the DGX Spark) and their tests run under qemu:
+# NEON and SVE against the scalar reference, which no x86 run can check.
+if [ "${SHARDQ_SKIP_AARCH64:-0}" != 1 ]; then
+  cmake --preset aarch64 >/dev/null
+  cmake --build --preset aarch64 -j "$jobs"
+  ctest --preset aarch64 -j "$jobs" --output-on-failure
+fi
 
 if [ "${SHARDQ_SKIP_ASAN:-0}" != 1 ]; then
   cmake --preset asan >/dev/null

@@ -33,6 +33,17 @@ void check_shape(int out_rows, int in_cols, int column) {
 
 bool all_finite(const RowMatrix& m) { return m.allFinite(); }
 
+// Eigen blocks its products and triangular solves by the CPU's cache sizes, and the blocks
+// set the order of the sums: left to the machine, a Spark and an x86 node would factor the
+// same Gram into different bits. Fixed once for the process, before the first factor.
+void fix_eigen_blocking() {
+  static const bool fixed = [] {
+    Eigen::setCpuCacheSizes(32 * 1024, 1024 * 1024, 1024 * 1024);
+    return true;
+  }();
+  (void)fixed;
+}
+
 } // namespace
 
 std::vector<float> dequantize_wkv_fp8(const uint8_t* codes, const uint8_t* scales, int out_rows, int in_cols) {
@@ -74,6 +85,7 @@ std::vector<double> column_gram(const float* wkv, int out_rows, int in_cols, int
 
 HashColumnFactor compute_column_factor(const float* wkv, int out_rows, int in_cols, int column, double damp,
                                        int layer) {
+  fix_eigen_blocking();
   HashColumnFactor factor;
   factor.column = column;
   factor.gram = column_gram(wkv, out_rows, in_cols, column);
@@ -102,6 +114,7 @@ HashColumnFactor compute_column_factor(const float* wkv, int out_rows, int in_co
 }
 
 GramRoot gram_root(const double* gram, int layer, int column) {
+  fix_eigen_blocking();
   const RowMatrix h = Eigen::Map<const RowMatrix>(gram, N, N);
   if (!all_finite(h)) throw StageError("factors: " + where(layer, column) + ": H_c is not finite");
   const Eigen::LDLT<RowMatrix> ldlt(h);

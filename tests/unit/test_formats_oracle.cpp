@@ -25,8 +25,8 @@ using namespace shardq;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr uint64_t kPatternStride = 4099; // ~10^6 patterns: ASan runs ~20x slower
+#if defined(__SANITIZE_ADDRESS__) || SHARDQ_TEST_EMULATED
+constexpr uint64_t kPatternStride = 4099; // ~10^6 patterns: ASan runs ~20x slower, qemu ~50x
 #else
 constexpr uint64_t kPatternStride = 41;   // 2^32 / 41 ~ 1.05e8 patterns
 #endif
@@ -127,9 +127,9 @@ struct Mismatches {
 TEST(FormatsOracle, StridedSweepOfAllFp32Patterns) {
   Mismatches mismatches;
   for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += kPatternStride) mismatches.check(uint32_t(bits));
-#if !defined(__SANITIZE_ADDRESS__)
-  EXPECT_GE(mismatches.checked, 100'000'000u);
-#endif
+  if (kPatternStride == 41) {
+    EXPECT_GE(mismatches.checked, 100'000'000u);
+  }
   mismatches.expect_none();
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <cblas.h>
+#include <xxhash.h>
 
 #include "kernels/gptq.h"
 #include "nvfp4_test_util.h"
@@ -219,6 +220,33 @@ TEST(GptqFactors, AnisotropyIsDiagonalRatio) {
   std::vector<double> gram(size_t(kN) * kN, 0.5);
   for (int d = 0; d < kN; ++d) gram[size_t(d) * kN + d] = 2.0 + d % 5;
   EXPECT_EQ(gram_anisotropy(gram), 6.0 / 2.0);
+}
+
+// The GPTQ path gives the same bits on every machine: factors (scalar Eigen, blocking fixed in
+// stages/factors.cpp), the weighted error's root, and gptq-mse's bytes from them, all with no
+// fma contraction. The digest was recorded on x86-64 (AVX-512); scripts/test.sh runs this
+// test again as aarch64 under qemu (NEON, SVE), where it must come out the same. A change
+// to that arithmetic changes it on every machine: record the new value with the reason.
+TEST(GptqFactors, SameBitsOnEveryMachine) {
+  constexpr int out_rows = 512, rows = 64;
+  const auto w = anisotropic_wkv(out_rows, kN, 0, 5);
+  const HashColumnFactor factor = compute_column_factor(w.data(), out_rows, kN, 0, 0.01, 1);
+  const GramRoot root = gram_root(factor.gram.data(), 1, 0);
+  const std::vector<float> x = random_rows(rows, 6);
+  const Nvfp4Rows q = run_gptq(x, rows, gptq_factor_fp32(factor.upper.data()), global_scale_of(x), kMse, 128);
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  const auto add = [&](const auto& values) {
+    XXH3_64bits_update(state, values.data(), values.size() * sizeof(values[0]));
+  };
+  add(factor.upper);
+  add(root.upper);
+  add(root.order);
+  add(q.packed);
+  add(q.scales);
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  EXPECT_EQ(digest, 0xea5fabb19248655eull) << std::hex << "digest 0x" << digest;
 }
 
 // FP8 wkv with partial 32x32 blocks: codes 0x38 (1.0) and 0xC0 (-2.0), scale bytes set per
