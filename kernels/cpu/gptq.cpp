@@ -39,8 +39,7 @@ struct GroupScales {
 // lines 256 B apart.
 typedef float Float8 __attribute__((vector_size(32)));
 
-SHARDQ_AVX2_CLONES void transpose_into_tile(const float* x, int rows, float* tile,
-                                                                          float* copy) {
+SHARDQ_AVX2_CLONES void transpose_into_tile(const float* x, int rows, float* tile, float* copy) {
   for (int r0 = 0; r0 < kTile; r0 += 8) {
     for (int c0 = 0; c0 < kCols; c0 += 8) {
       Float8 v[8];
@@ -116,10 +115,8 @@ inline float e2m1_magnitude_branchless(float a) {
 // q = ((+-magnitude) * scale) * global: the same roundings as dequantize_nvfp4.
 // target_clones: AVX2 where the CPU has it; no FMA contraction (-ffp-contract=off), so both
 // clones compute the same bits.
-SHARDQ_AVX2_CLONES void quantize_column(const float* column,
-                                                                        const GroupScales& group,
-                                                                        float global_scale, float u_jj,
-                                                                        uint8_t* nibbles, float* errors) {
+SHARDQ_AVX2_CLONES void quantize_column(const float* column, const GroupScales& group, float global_scale,
+                                        float u_jj, uint8_t* nibbles, float* errors) {
   for (int r = 0; r < kTile; ++r) {
     const float x = column[r];
     const float scaled = x / group.divisor[r];
@@ -270,8 +267,7 @@ inline void transpose_bytes_8x8(uint64_t* x) {
 
 // Packs each row's codes: byte pairs column by column (contiguous over rows, vectorized),
 // then 8 x 8 byte transposes into the row-major output.
-SHARDQ_AVX2_CLONES void pack_tile(const GptqWorkspace& ws, int rows,
-                                                                 uint8_t* packed) {
+SHARDQ_AVX2_CLONES void pack_tile(const GptqWorkspace& ws, int rows, uint8_t* packed) {
   constexpr int kPairs = kCols / 2;
   alignas(64) uint8_t pairs[kPairs * kTile]; // pairs[p * kTile + r]: row r's byte p
   const uint8_t* nibbles = ws.nibbles.data();
