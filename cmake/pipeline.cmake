@@ -9,6 +9,14 @@ find_package(MPI REQUIRED COMPONENTS C)
 set(HDF5_USE_STATIC_LIBRARIES ON)
 find_package(HDF5 REQUIRED COMPONENTS C)
 list(FILTER HDF5_C_LIBRARIES EXCLUDE REGEX "/lib(curl|crypto)\\.so$")
+# Natively the list above comes from HDF5's compiler wrapper (h5cc), which names what the
+# archive needs; a cross build has no wrapper to ask and finds the archive alone: add its
+# filters' libraries (deflate, szip) as the wrapper would.
+if(CMAKE_CROSSCOMPILING)
+  find_library(HDF5_ZLIB_LIBRARY z REQUIRED)
+  find_library(HDF5_SZIP_LIBRARY sz REQUIRED)
+  list(APPEND HDF5_C_LIBRARIES ${HDF5_ZLIB_LIBRARY} ${HDF5_SZIP_LIBRARY} ${CMAKE_DL_LIBS} m)
+endif()
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(tomlplusplus REQUIRED)

@@ -14,25 +14,26 @@ debs=(
   python3-pip
 )
 
-# The aarch64 check (scripts/test.sh): a cross compiler, qemu, and the kernels' libraries
-# for arm64 beside the native ones (Debian multiarch).
-arm64_debs=(
-  g++-aarch64-linux-gnu qemu-user
-  libhwy-dev:arm64 libgtest-dev:arm64 libgmock-dev:arm64 libopenblas-pthread-dev:arm64
-  libfmt-dev:arm64 libxxhash-dev:arm64
-)
+# The aarch64 check (scripts/test.sh; SHARDQ_SKIP_AARCH64=1 leaves it out, as the demo
+# does): a cross compiler and qemu; the arm64 libraries are unpacked into their own root below.
+# On an aarch64 machine the native build is the aarch64 one and there is nothing to add.
+[ "$(uname -m)" = aarch64 ] && SHARDQ_SKIP_AARCH64=1
+arm64_debs=()
+[ "${SHARDQ_SKIP_AARCH64:-0}" = 1 ] || arm64_debs=(g++-aarch64-linux-gnu qemu-user)
 
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
 missing=()
 for p in "${debs[@]}" "${arm64_debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "deps: installing ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Everything shardq links, for arm64 (Debian's packages unpacked, not installed).
+[ "${SHARDQ_SKIP_AARCH64:-0}" = 1 ] || $SUDO bash "$(dirname "$0")/arm64-root.sh"
 
 # Interop tests use the real clients from PyPI.
 py=(numpy safetensors ml_dtypes pytest)
