@@ -7,8 +7,9 @@
 # Compared: sha256 of every output file except the reports (timings, hosts) and the run's
 # .shardq/ folder. The Engram product runs gptq-mse on a smaller fixture (--engram-vocab
 # 600): under qemu a GPTQ chunk costs ~30x what it costs natively.
-# Env: SHARDQ_BIN (the aarch64 binary), SHARDQ_NATIVE_BIN (the x86-64 one: the release
-# preset's, which scripts/test.sh builds first), SHARDQ_ARM64_ROOT, SHARDQ_SOURCE_DIR, QEMU_CPU.
+# Env: SHARDQ_BIN (the aarch64 binary as a command: a script that runs it under qemu),
+# SHARDQ_NATIVE_BIN (the x86-64 one: the release preset's, which scripts/test.sh builds
+# first), SHARDQ_SOURCE_DIR, QEMU_CPU.
 set -euo pipefail
 
 [ -n "${SHARDQ_BIN:-}" ] || { echo "SHARDQ_BIN is not set"; exit 77; }
@@ -22,7 +23,6 @@ source "$source_dir/scripts/mpi_env.sh"
 # Cross-memory attach reads another process's memory at the address the sender names; under
 # qemu that is a guest address, which the host kernel cannot resolve: copy through the FIFO.
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
-arm64=(qemu-aarch64 -L "$SHARDQ_ARM64_ROOT" "$SHARDQ_BIN")
 work=$(mktemp -d)
 killed_pid=""
 trap '[ -z "$killed_pid" ] || pkill -9 -s "$killed_pid"; rm -rf "$work"' EXIT
@@ -43,7 +43,7 @@ check_product() { # name (the recipe, its report's name) job src [--set ...]
   local native="$work/$name-x86_64" spark="$work/$name-aarch64" start=$SECONDS
   "$SHARDQ_NATIVE_BIN" run "$source_dir/jobs/$job" --src "$src" --dst "$native" "$@" >"$native.log" 2>&1 ||
     { echo "FAIL: $name: native run exited $?"; tail -20 "$native.log"; exit 1; }
-  mpirun -np 4 "${arm64[@]}" run "$source_dir/jobs/$job" --src "$src" --dst "$spark" "$@" >"$spark.log" 2>&1 ||
+  mpirun -np 4 "$SHARDQ_BIN" run "$source_dir/jobs/$job" --src "$src" --dst "$spark" "$@" >"$spark.log" 2>&1 ||
     { echo "FAIL: $name: aarch64 run exited $?"; tail -20 "$spark.log"; exit 1; }
   file_hashes "$native" "$name.json" >"$native.sha256"
   file_hashes "$spark" "$name.json" >"$spark.sha256"
@@ -52,7 +52,7 @@ check_product() { # name (the recipe, its report's name) job src [--set ...]
     echo "FAIL: $name: aarch64 and x86-64 outputs differ (above)"
     exit 1
   fi
-  "${arm64[@]}" verify --src "$src" --dst "$spark" >"$spark.verify" 2>&1 ||
+  "$SHARDQ_BIN" verify --src "$src" --dst "$spark" >"$spark.verify" 2>&1 ||
     { echo "FAIL: $name: verify on aarch64 exited $?"; cat "$spark.verify"; exit 1; }
   echo "$name: $(wc -l <"$spark.sha256") files, same bytes on aarch64 (4 ranks) and x86-64 (1 rank), verified ($((SECONDS - start)) s)"
 }
@@ -65,7 +65,7 @@ check_kill_resume() {
   local args=(run "$source_dir/jobs/demo-engram-nvfp4.toml" --src "$work/src-small" --dst "$dst"
     --set run.rows_per_chunk=512)
   checkpoint="$dst/.shardq/checkpoint.h5"
-  SHARDQ_TEST_CHUNK_DELAY_MS=200 setsid mpirun -np 4 "${arm64[@]}" "${args[@]}" >"$log" 2>&1 &
+  SHARDQ_TEST_CHUNK_DELAY_MS=200 setsid mpirun -np 4 "$SHARDQ_BIN" "${args[@]}" >"$log" 2>&1 &
   local pid=$!
   killed_pid=$pid
   while ((done_chunks < 12)) && kill -0 "$pid" 2>/dev/null; do
@@ -80,7 +80,7 @@ check_kill_resume() {
   while pgrep -s "$pid" >/dev/null; do sleep 0.1; done
   killed_pid=""
   echo "killed with $done_chunks chunks recorded done"
-  mpirun -np 4 "${arm64[@]}" "${args[@]}" >"$log.resume" 2>&1 ||
+  mpirun -np 4 "$SHARDQ_BIN" "${args[@]}" >"$log.resume" 2>&1 ||
     { echo "FAIL: the resume exited $?"; tail -20 "$log.resume"; exit 1; }
   grep -q "resuming from" "$log.resume" || { echo "FAIL: the second run did not resume"; exit 1; }
   file_hashes "$dst" engram-nvfp4.json | diff "$work/engram-nvfp4-x86_64.sha256" - ||
