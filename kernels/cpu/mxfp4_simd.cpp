@@ -16,12 +16,13 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/cpu/mxfp4_simd.cpp"
-// No SVE_256: there this Highway's ConcatEven of two 4-lane (capped) vectors takes the even
-// lanes of the whole 8-lane registers, so GroupScales paired the wrong blocks' amaxes
-// (tests/unit/test_mxfp4_simd.cpp failed under qemu at 256 bits). A 256-bit SVE CPU runs
-// the generic SVE target, whose lane count differs from the compiled one and so takes the
-// per-block path; the DGX Spark (128 bits) runs SVE2_128, where 4 lanes are the whole vector.
-#define HWY_DISABLED_TARGETS HWY_SVE_256
+// SVE only at 128 bits (SVE2_128: the DGX Spark), where 4 lanes are the whole vector. On
+// wider SVE this Highway's ConcatEven of two 4-lane (capped) vectors takes the even lanes of
+// the whole registers, so GroupScales paired the wrong blocks' amaxes:
+// tests/unit/test_mxfp4_simd.cpp failed under qemu at 256 bits (SVE_256) and, on the generic
+// SVE targets, at 512, 1024 and 2048 bits, where the runtime lanes equal the compiled 16.
+// Wider SVE CPUs (Graviton 3, A64FX) run the NEON target, 128 bits on every aarch64 CPU.
+#define HWY_DISABLED_TARGETS (HWY_SVE_256 | HWY_SVE | HWY_SVE2)
 #include "hwy/foreach_target.h" // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/cpu/e4m3_simd-inl.h"
