@@ -122,17 +122,17 @@ wait_for_log() {
   fail "no $count lines of '$pattern' within 60 s ($log)"
 }
 
-# wait_for_done_chunks CHECKPOINT PID COUNT: returns once the checkpoint records COUNT
-# chunks done (work is under way, without the debug log that wait_for_log reads); fails
-# when PID ends first or after 60 s.
+# wait_for_done_chunks CHECKPOINT PID COUNT [SECONDS]: returns once the checkpoint records
+# COUNT chunks done (work is under way, without the debug log that wait_for_log reads);
+# fails when PID ends first or after SECONDS (default 60).
 wait_for_done_chunks() {
-  local checkpoint=$1 pid=$2 count=$3 i
-  for i in $(seq 1 600); do
+  local checkpoint=$1 pid=$2 count=$3 seconds=${4:-60} i
+  for i in $(seq 1 $((seconds * 10))); do
     (($(done_chunks "$checkpoint" 2>/dev/null | wc -l) >= count)) && return 0
     kill -0 "$pid" 2>/dev/null || fail "the run ended before $checkpoint recorded $count chunks done"
     sleep 0.1
   done
-  fail "$checkpoint did not record $count chunks done within 60 s"
+  fail "$checkpoint did not record $count chunks done within $seconds s"
 }
 
 # killed_run SPEC NP LOG ARGS...: `shardq run ARGS...` on NP ranks (0 = no mpirun) into
