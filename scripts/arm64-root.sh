@@ -10,12 +10,11 @@
 set -euo pipefail
 
 root=${1:-/opt/shardq/arm64-root}
-pkgs=(
-  libc6-dev libstdc++-12-dev libgfortran5
-  libopenmpi-dev libhdf5-dev
-  libhwy-dev libopenblas-pthread-dev libeigen3-dev libgtest-dev libgmock-dev
-  libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libxxhash-dev libmimalloc-dev
-)
+# shellcheck source=linked-debs.sh
+source "$(dirname "$0")/linked-debs.sh"
+# The libraries, and the C and C++ runtimes that the cross compiler's own packages hold for
+# the host only (OpenBLAS's Fortran runtime as well).
+pkgs=(libc6-dev libstdc++-12-dev libgfortran5 "${linked_debs[@]}")
 stamp="$root/.shardq-packages"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${pkgs[*]}" ]; then
   exit 0

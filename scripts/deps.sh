@@ -3,11 +3,12 @@
 # missing is installed, and `apt-get update` runs only when something must be installed.
 set -euo pipefail
 
+# shellcheck source=linked-debs.sh
+source "$(dirname "$0")/linked-debs.sh"
 debs=(
   build-essential cmake ninja-build pkg-config
-  openmpi-bin libopenmpi-dev libhdf5-dev hdf5-tools
-  libeigen3-dev libopenblas-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
-  libtomlplusplus-dev libxxhash-dev libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libmimalloc-dev
+  "${linked_debs[@]}" libbenchmark-dev
+  openmpi-bin hdf5-tools
   clang libclang-rt-14-dev gnuplot-nox time
   munge slurmctld slurmd slurm-client
   openssh-server openssh-client iproute2 # tests/cluster: hosts as network namespaces
