@@ -48,7 +48,7 @@ check_kill_resume() {
   local dst="$WORK/engram-nvfp4-aarch64-killed" log="$WORK/killed.log"
   local args=("$SHARDQ_SOURCE_DIR/jobs/demo-engram-nvfp4.toml" --src "$WORK/src-small" --dst "$dst"
     --set run.rows_per_chunk=512)
-  # shellcheck disable=SC2046
+  # shellcheck disable=SC2046,SC2091 # the command line is a list of words on purpose
   SHARDQ_TEST_CHUNK_DELAY_MS=200 $(shardq_cmd 4 "${args[@]}") >"$log" 2>&1 &
   local pid=$!
   STARTED_PIDS+=("$pid")
