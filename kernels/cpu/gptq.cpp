@@ -3,7 +3,6 @@
 #include <cblas.h> // the weighted error's fp32 triangular product
 
 #if defined(__x86_64__)
-#include <immintrin.h>
 // The hot loops below get an AVX2 clone beside the baseline one, picked at load time. Other
 // architectures build them once (aarch64's baseline, NEON, already vectorizes them).
 #define SHARDQ_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
@@ -127,116 +126,6 @@ SHARDQ_AVX2_CLONES void quantize_column(const float* column, const GroupScales& 
     errors[r] = (x - q) / u_jj;
   }
 }
-
-constexpr int kChunk = 64; // rows kept in registers (8 independent sub chains) while the updates stream past
-
-} // namespace
-
-namespace gptq_detail {
-
-// Left-looking in-block update of column j: X[:, j] -= E[:, i] * U[i, j] for i = from..to-1
-// in that order (errors: E^T of the lazy block starting at b0). Called for i = b0..j-1 in
-// ascending pieces, each element sees the same sequence of fused x - e * u steps as when
-// every later column is updated right after each column, but the column stays in registers
-// and only the errors are loaded (the right-looking form was bound by its stores).
-//
-// Every step is one fused multiply-add (a single rounding, IEEE fma): the result is the
-// same bits on any CPU, with or without hardware FMA, and the loop runs at the FMA rate
-// instead of a multiply plus a subtract.
-void update_column_portable(float* column, const float* errors, const float* upper, int b0, int j, int from,
-                            int to) {
-  for (int i = from; i < to; ++i) {
-    const float u = upper[size_t(i) * kCols + j];
-    const float* e = errors + size_t(i - b0) * kTile;
-    for (int r = 0; r < kTile; ++r) column[r] = std::fma(-e[r], u, column[r]);
-  }
-}
-
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static void update_column_avx2_fma(float* column, const float* errors,
-                                                                       const float* upper, int b0, int j, int from,
-                                                                       int to) {
-  for (int r0 = 0; r0 < kTile; r0 += kChunk) {
-    __m256 x[kChunk / 8];
-    for (int v = 0; v < kChunk / 8; ++v) x[v] = _mm256_loadu_ps(column + r0 + 8 * v);
-    for (int i = from; i < to; ++i) {
-      const __m256 u = _mm256_set1_ps(upper[size_t(i) * kCols + j]);
-      const float* e = errors + size_t(i - b0) * kTile + r0;
-      for (int v = 0; v < kChunk / 8; ++v) x[v] = _mm256_fnmadd_ps(_mm256_loadu_ps(e + 8 * v), u, x[v]);
-    }
-    for (int v = 0; v < kChunk / 8; ++v) _mm256_storeu_ps(column + r0 + 8 * v, x[v]);
-  }
-}
-#endif
-
-void update_columns_portable(float* tile, const float* errors, const float* upper, int b0, int k_begin, int k_end,
-                             int from, int to) {
-  for (int k = k_begin; k < k_end; ++k) update_column_portable(tile + size_t(k) * kTile, errors, upper, b0, k, from, to);
-}
-
-#if defined(__x86_64__)
-// Three columns x 32 rows per step: 12 accumulators share each error load (4 loads and 3
-// broadcasts per 12 fused steps, so the loop runs at the FMA rate, not the load rate).
-// Each element still sees its own ascending chain of fused steps: same bits as above.
-__attribute__((target("avx2,fma"))) static void update_columns_avx2_fma(float* tile, const float* errors,
-                                                                        const float* upper, int b0, int k_begin,
-                                                                        int k_end, int from, int to) {
-  constexpr int kColumns = 3, kVectors = 4;
-  constexpr int kSteps = 64;
-  const int k_split = k_end - (k_end - k_begin) % kColumns;
-  // Steps in runs of 64, then row halves: one run's errors of one half (64 x 32 floats,
-  // 8 KB) stay in L1 across all columns; runs go in order, so each chain stays ascending.
-  for (int run = from; run < to; run += kSteps) {
-    const int run_end = std::min(to, run + kSteps);
-    for (int r0 = 0; r0 < kTile; r0 += 8 * kVectors) {
-      for (int k = k_begin; k < k_split; k += kColumns) {
-        __m256 x[kColumns][kVectors];
-        for (int c = 0; c < kColumns; ++c)
-          for (int v = 0; v < kVectors; ++v) x[c][v] = _mm256_loadu_ps(tile + size_t(k + c) * kTile + r0 + 8 * v);
-        for (int i = run; i < run_end; ++i) {
-          const float* u_row = upper + size_t(i) * kCols + k;
-          __m256 u[kColumns];
-          for (int c = 0; c < kColumns; ++c) u[c] = _mm256_set1_ps(u_row[c]);
-          const float* e = errors + size_t(i - b0) * kTile + r0;
-          for (int v = 0; v < kVectors; ++v) {
-            const __m256 ev = _mm256_loadu_ps(e + 8 * v);
-            for (int c = 0; c < kColumns; ++c) x[c][v] = _mm256_fnmadd_ps(ev, u[c], x[c][v]);
-          }
-        }
-        for (int c = 0; c < kColumns; ++c)
-          for (int v = 0; v < kVectors; ++v) _mm256_storeu_ps(tile + size_t(k + c) * kTile + r0 + 8 * v, x[c][v]);
-      }
-    }
-  }
-  for (int k = k_split; k < k_end; ++k) update_column_avx2_fma(tile + size_t(k) * kTile, errors, upper, b0, k, from, to);
-}
-
-static bool have_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
-
-void update_column(float* column, const float* errors, const float* upper, int b0, int j, int from, int to) {
-  static const auto chosen = have_avx2_fma() ? update_column_avx2_fma : update_column_portable;
-  chosen(column, errors, upper, b0, j, from, to);
-}
-
-void update_columns(float* tile, const float* errors, const float* upper, int b0, int k_begin, int k_end, int from,
-                    int to) {
-  static const auto chosen = have_avx2_fma() ? update_columns_avx2_fma : update_columns_portable;
-  chosen(tile, errors, upper, b0, k_begin, k_end, from, to);
-}
-#else
-void update_column(float* column, const float* errors, const float* upper, int b0, int j, int from, int to) {
-  update_column_portable(column, errors, upper, b0, j, from, to);
-}
-
-void update_columns(float* tile, const float* errors, const float* upper, int b0, int k_begin, int k_end, int from,
-                    int to) {
-  update_columns_portable(tile, errors, upper, b0, k_begin, k_end, from, to);
-}
-#endif
-
-} // namespace gptq_detail
-
-namespace {
 
 using gptq_detail::update_column;
 using gptq_detail::update_columns;

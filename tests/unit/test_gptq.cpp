@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,6 +19,7 @@
 
 #include "kernels/gptq.h"
 #include "nvfp4_test_util.h"
+#include "simd_targets.h"
 #include "stages/factors.h"
 #include "stages/stage_error.h"
 
@@ -268,8 +270,8 @@ TEST(GptqFactors, DequantizeWkvCeilDivBlocks) {
 
 // ---- kernels ---------------------------------------------------------------------------
 
-// The in-block update's SIMD path is its scalar fma loop, bit for bit, on every piece
-// shape the kernel uses (from..to inside a lazy block), with values of mixed magnitude.
+// The in-block update's SIMD paths (every target) are its scalar fma loop, bit for bit, on
+// every piece shape the kernel uses (from..to inside a lazy block), values of mixed magnitude.
 TEST(GptqKernel, InBlockUpdateSimdEqualsPortable) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -278,21 +280,23 @@ TEST(GptqKernel, InBlockUpdateSimdEqualsPortable) {
   for (auto& u : upper) u = normal(rng);
   for (auto& x : start) x = normal(rng) * 100.0f;
   const int pieces[][4] = {{0, 5, 0, 5}, {0, 127, 112, 127}, {128, 255, 128, 255}, {64, 100, 96, 100}, {0, 16, 0, 0}};
-  for (const auto& [b0, j, from, to] : pieces) {
-    std::vector<float> fast = start, portable = start;
-    gptq_detail::update_column(fast.data(), errors.data(), upper.data(), b0, j, from, to);
-    gptq_detail::update_column_portable(portable.data(), errors.data(), upper.data(), b0, j, from, to);
-    for (int r = 0; r < kGptqRowTile; ++r) {
-      ASSERT_EQ(std::bit_cast<uint32_t>(fast[size_t(r)]), std::bit_cast<uint32_t>(portable[size_t(r)]))
-          << "b0 " << b0 << " j " << j << " rows " << from << ".." << to << " lane " << r;
+  test::for_each_simd_target([&](const std::string& on) {
+    for (const auto& [b0, j, from, to] : pieces) {
+      std::vector<float> fast = start, portable = start;
+      gptq_detail::update_column(fast.data(), errors.data(), upper.data(), b0, j, from, to);
+      gptq_detail::update_column_portable(portable.data(), errors.data(), upper.data(), b0, j, from, to);
+      for (int r = 0; r < kGptqRowTile; ++r) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(fast[size_t(r)]), std::bit_cast<uint32_t>(portable[size_t(r)]))
+            << "b0 " << b0 << " j " << j << " rows " << from << ".." << to << " lane " << r << on;
+      }
+      if (to > from) {
+        EXPECT_NE(fast, start) << "the update changed nothing" << on;
+      }
     }
-    if (to > from) {
-      EXPECT_NE(fast, start) << "the update changed nothing";
-    }
-  }
+  });
 }
 
-// The lazy-batch product's SIMD path (three columns at a time, a one-column tail) is its
+// The lazy-batch product's SIMD paths (three columns at a time, a one-column tail) are its
 // scalar fma loop, bit for bit, on the shapes the kernel uses.
 TEST(GptqKernel, LazyProductSimdEqualsPortable) {
   std::mt19937 rng(6);
@@ -302,15 +306,17 @@ TEST(GptqKernel, LazyProductSimdEqualsPortable) {
   for (auto& u : upper) u = normal(rng);
   for (auto& x : start) x = normal(rng) * 100.0f;
   const int shapes[][5] = {{0, 16, 256, 0, 16}, {128, 192, 256, 128, 192}, {64, 96, 112, 64, 96}, {0, 128, 256, 0, 128}};
-  for (const auto& [b0, k_begin, k_end, from, to] : shapes) {
-    std::vector<float> fast = start, portable = start;
-    gptq_detail::update_columns(fast.data(), errors.data(), upper.data(), b0, k_begin, k_end, from, to);
-    gptq_detail::update_columns_portable(portable.data(), errors.data(), upper.data(), b0, k_begin, k_end, from, to);
-    for (size_t i = 0; i < fast.size(); ++i)
-      ASSERT_EQ(std::bit_cast<uint32_t>(fast[i]), std::bit_cast<uint32_t>(portable[i]))
-          << "columns " << k_begin << ".." << k_end << " steps " << from << ".." << to << " at " << i;
-    EXPECT_NE(fast, start) << "the update changed nothing";
-  }
+  test::for_each_simd_target([&](const std::string& on) {
+    for (const auto& [b0, k_begin, k_end, from, to] : shapes) {
+      std::vector<float> fast = start, portable = start;
+      gptq_detail::update_columns(fast.data(), errors.data(), upper.data(), b0, k_begin, k_end, from, to);
+      gptq_detail::update_columns_portable(portable.data(), errors.data(), upper.data(), b0, k_begin, k_end, from, to);
+      for (size_t i = 0; i < fast.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(fast[i]), std::bit_cast<uint32_t>(portable[i]))
+            << "columns " << k_begin << ".." << k_end << " steps " << from << ".." << to << " at " << i << on;
+      EXPECT_NE(fast, start) << "the update changed nothing" << on;
+    }
+  });
 }
 
 // (a) diagonal H -> U diagonal -> GPTQ == RTN / MSE byte for byte.
