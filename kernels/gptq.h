@@ -99,8 +99,8 @@ void add_weighted_error_nvfp4(const GramRoot& root, const float* original, const
 // update_column: X[:, j] -= E[:, i] * U[i, j] for i = from..to-1, in that order;
 // update_columns: the same for every column k_begin..k_end-1 (the lazy-batch product).
 // Each dispatches to the best SIMD target with fused multiply-adds (kernels/cpu/
-// gptq_update_simd.cpp: AVX2, AVX-512, NEON); the *_portable versions are their scalar
-// truth (exposed for the bit-for-bit tests).
+// gptq_update_simd.cpp: AVX2 on x86, NEON on aarch64); the *_portable versions are their
+// scalar truth (exposed for the bit-for-bit tests).
 namespace gptq_detail {
 void update_column(float* column, const float* errors, const float* upper, int b0, int j, int from, int to);
 void update_column_portable(float* column, const float* errors, const float* upper, int b0, int j, int from, int to);
