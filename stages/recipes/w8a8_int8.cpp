@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -20,6 +22,11 @@ using Json = nlohmann::ordered_json;
 
 constexpr uint64_t kFp8Block = 32;
 
+// The model's matrices that are not GEMM linears, kept as they are (the W8A8 card's "kept
+// as is"): the embeddings ("embed" is also the Engram tables' component: lookups), the
+// output heads, the router gates. Norms are told by name (linear_weight_module).
+constexpr std::array<std::string_view, 4> kNotLinears = {"embed", "head", "markov_head", "ffn.gate"};
+
 // A quantized linear of the source: <module>.weight with an E8M0 <module>.scale beside it.
 struct SourceLinear {
   std::string_view module; // the weight's name without .weight (a view of the source view's name)
@@ -34,7 +41,7 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
   if (name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) return std::nullopt;
   SourceLinear linear;
   linear.module = std::string_view(name).substr(0, name.size() - 7);
-  if (linear.module.find("engram.embed") != std::string_view::npos) return std::nullopt; // a lookup table, kept
+  if (matches_components(linear.module, "engram.embed")) return std::nullopt; // a lookup table, kept
   thread_local std::string scale_name; // no heap string for each of 100K names
   scale_name.assign(linear.module).append(".scale");
   linear.scale = source.find_near(scale_name, tensor);
@@ -61,6 +68,18 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
     expect_tensor(source, *linear.scale, Dtype::F8_E8M0, {(linear.out + kFp8Block - 1) / kFp8Block, (linear.in + kFp8Block - 1) / kFp8Block});
   }
   return linear;
+}
+
+// A linear weight the recipe cannot quantize (no E8M0 scale beside it: natively BF16, or a
+// scale of another format) is kept as it is only where the ignore list says so: elsewhere
+// the output would hold an un-quantized linear that its config calls INT8.
+void refuse_unquantizable_linear(const CheckpointView& source, const SourceTensor& tensor, const RecipeParams& params) {
+  const auto module = linear_weight_module(tensor.spec);
+  if (!module || ignore_matches(*module, params.ignore)) return;
+  throw StageError(fmt::format("{}: linear '{}' is {} {} without an F8_E8M0 '.scale' beside it, so it cannot become INT8, "
+                               "and it matches no quant.ignore entry; add its module to quant.ignore to keep it as it is",
+                               (source.dir / source.shard_files[tensor.shard]).string(), tensor.spec.name,
+                               dtype_name(tensor.spec.dtype), shape_text(tensor.spec.shape)));
 }
 
 uint64_t aligned(uint64_t rows, uint64_t alignment) { return std::max(alignment, rows / alignment * alignment); }
@@ -136,17 +155,32 @@ std::string_view linear_module(const Task& task, size_t linear) {
   return weight;
 }
 
-bool ignore_matches(std::string_view module, const std::vector<std::string>& ignore) {
-  for (const auto& entry : ignore) {
-    if (entry.empty()) continue;
-    for (size_t at = module.find(entry); at != std::string_view::npos; at = module.find(entry, at + 1)) {
-      const bool starts = at == 0 || module[at - 1] == '.';
-      const size_t end = at + entry.size();
-      const bool ends = entry.back() == '.' || end == module.size() || module[end] == '.';
-      if (starts && ends) return true;
-    }
+bool matches_components(std::string_view module, std::string_view entry) {
+  if (entry.empty()) return false;
+  for (size_t at = module.find(entry); at != std::string_view::npos; at = module.find(entry, at + 1)) {
+    const bool starts = at == 0 || module[at - 1] == '.';
+    const size_t end = at + entry.size();
+    const bool ends = entry.back() == '.' || end == module.size() || module[end] == '.';
+    if (starts && ends) return true;
   }
   return false;
+}
+
+bool ignore_matches(std::string_view module, const std::vector<std::string>& ignore) {
+  return std::ranges::any_of(ignore, [&](const std::string& entry) { return matches_components(module, entry); });
+}
+
+std::optional<std::string_view> linear_weight_module(const TensorSpec& spec) {
+  constexpr std::string_view kSuffix = ".weight";
+  const std::string_view name = spec.name;
+  if (spec.shape.size() != 2 || !name.ends_with(kSuffix)) return std::nullopt;
+  const std::string_view module = name.substr(0, name.size() - kSuffix.size());
+  const std::string_view last = module.substr(module.rfind('.') + 1); // the whole name when it has no dot
+  if (last.find("norm") != std::string_view::npos) return std::nullopt;
+  for (const std::string_view entry : kNotLinears) {
+    if (matches_components(module, entry)) return std::nullopt;
+  }
+  return module;
 }
 
 void module_kind(std::string_view module, std::string& kind) {
@@ -185,7 +219,10 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
     std::string kind;
     for (size_t t = starts[shard]; t < starts[shard + 1]; ++t) {
       const auto linear = find_linear(source, source.tensors[t]);
-      if (!linear) continue;
+      if (!linear) {
+        refuse_unquantizable_linear(source, source.tensors[t], inputs.params);
+        continue;
+      }
       const CodecKind codec = linear_codec(*linear, ignore_matches(linear->module, inputs.params.ignore));
       const uint64_t bytes = source_bytes(*linear);
       size_t task = tasks.size(); // a new one, unless a small linear joins its key's task
@@ -341,18 +378,18 @@ void audit_key_diff(const RecipePlan& plan, const CheckpointView& source, const 
         fmt::format("{} missing, {} extra", missing, extra));
 }
 
-void audit_linears(const RecipePlan& plan, const RecipeParams& params, const CheckpointView& output,
-                   const AuditCheck& check) {
-  for (const Task& task : plan.tasks) {
-    for (size_t linear = 0; linear < linear_count(task); ++linear) {
-      const SourceTensor* weight = output.find(task.outputs[linear_slots(task, linear).output].name);
-      if (!weight) continue; // counted by the key diff
-      if (ignore_matches(linear_module(task, linear), params.ignore)) {
-        check("ignore-matched linears BF16", weight->spec.dtype == Dtype::BF16, weight->spec.name,
-              fmt::format("is {}", dtype_name(weight->spec.dtype)));
-        continue;
-      }
-      check("no BF16 linear outside the ignore rules", weight->spec.dtype != Dtype::BF16, weight->spec.name,
+// The output's linears found from its own headers, as the card's audit finds them, not from
+// the plan: natively BF16 ones (never a task) count too, and a BF16 linear the plan missed
+// fails.
+void audit_linears(const RecipeParams& params, const CheckpointView& output, const AuditCheck& check) {
+  for (const auto& t : output.tensors) {
+    const auto module = linear_weight_module(t.spec);
+    if (!module) continue;
+    if (ignore_matches(*module, params.ignore)) {
+      check("ignore-matched linears BF16", t.spec.dtype == Dtype::BF16, t.spec.name,
+            fmt::format("is {}", dtype_name(t.spec.dtype)));
+    } else {
+      check("no BF16 linear outside the ignore rules", t.spec.dtype != Dtype::BF16, t.spec.name,
             "is BF16 but matches no ignore entry");
     }
   }
@@ -374,7 +411,7 @@ void W8a8Int8Recipe::audit(const RecipePlan& plan, const RecipeParams& params, c
                            const CheckpointView& output, const AuditCheck& check) const {
   audit_shard_set(output, check);
   audit_key_diff(plan, source, output, check);
-  audit_linears(plan, params, output, check);
+  audit_linears(params, output, check);
 }
 
 } // namespace shardq

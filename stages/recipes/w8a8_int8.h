@@ -2,9 +2,11 @@
 // FP4 experts) dequantized exactly and re-quantized to symmetric per-channel INT8
 // (`weight` I8 [out, in], `weight_scale` F32 [out, 1]); modules matched by the job's
 // ignore list become BF16; everything else (Engram tables, embeddings, head, norms, router
-// gates, ...) is copied byte for byte.
+// gates, ...) is copied byte for byte. A linear it cannot quantize (no E8M0 scale: natively
+// BF16) must be in the ignore list, or the plan is refused.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +34,12 @@ class W8a8Int8Recipe : public Recipe {
 // "layers.3.attn.wkv" but not "layers.3.attn.compressor.wkv"; "vision." matches every
 // module under vision).
 bool ignore_matches(std::string_view module, const std::vector<std::string>& ignore);
+bool matches_components(std::string_view module, std::string_view entry); // one entry, as above
+
+// The module of a tensor that is a linear's weight by its name and shape: <module>.weight,
+// 2-D, not a norm and not one of the model's other matrices (embeddings, Engram tables,
+// heads, router gates). Whatever its dtype: the audit finds the output's linears by it.
+std::optional<std::string_view> linear_weight_module(const TensorSpec& spec);
 
 // The module of linear `linear` of a W8A8 task (its weight's name without .weight).
 std::string_view linear_module(const Task& task, size_t linear);

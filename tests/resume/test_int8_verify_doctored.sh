@@ -5,7 +5,9 @@
 #  1. a missing weight_scale (dropped from its shard and from the index);
 #  2. a BF16 linear outside the ignore rules (an output made with an ignore list that
 #     differs from the job verify is given: the demo list plus attn.wo_b), and an INT8
-#     linear the ignore rules make BF16 (the demo list less attn.wq_a);
+#     linear the ignore rules make BF16 (the demo list less attn.wq_a); and a run whose
+#     list leaves out a natively BF16 linear (attn.indexer.weights_proj) refused before
+#     it writes anything, naming the tensor;
 #  3. one byte flipped in an Engram table (layers.1.engram.embed.weight, its shard copied
 #     first: the output's is a hard link of the source's);
 #  4. one INT8 code moved two steps (now 1.5 steps or more from its source value);
@@ -56,9 +58,16 @@ grep -q 'shardq: error' "$WORK/verify-missing-weight-scale.log" ||
   grep -q '^FAIL  tensor names: 1 missing, 0 extra' "$WORK/verify-missing-weight-scale.log" ||
   problem missing-weight-scale "the key diff does not count the missing tensor"
 
-# 2. A BF16 linear outside the ignore rules: made with attn.wo_b ignored too (the list
-#    without spaces: run_shardq's command line is split on them).
-IGNORE_PLUS=$(python3 -c 'import json, sys, tomllib; print(json.dumps(tomllib.load(open(sys.argv[1], "rb"))["quant"]["ignore"] + ["attn.wo_b"], separators=(",", ":")))' "$JOBINT8")
+# ignore_list EXPR: the demo job's ignore list as EXPR (Python, of `ignore`) makes it, as
+# JSON without spaces (run_shardq's command line is split on them).
+ignore_list() {
+  python3 -c 'import json, sys, tomllib
+ignore = tomllib.load(open(sys.argv[1], "rb"))["quant"]["ignore"]
+print(json.dumps(eval(sys.argv[2]), separators=(",", ":")))' "$JOBINT8" "$1"
+}
+
+# 2. A BF16 linear outside the ignore rules: made with attn.wo_b ignored too.
+IGNORE_PLUS=$(ignore_list 'ignore + ["attn.wo_b"]')
 run_shardq 0 "$WORK/wo_b.log" "$JOBINT8" --src "$WORK/src" --dst "$WORK/wo_b" --set "quant.ignore=$IGNORE_PLUS" ||
   fail "run with attn.wo_b ignored: $(tail -3 "$WORK/wo_b.log")"
 grep -q '"layers.0.attn.wo_b.weight_scale"' "$WORK/wo_b/model.safetensors.index.json" && fail "attn.wo_b was not ignored"
@@ -67,10 +76,21 @@ expect_fail bf16-outside-ignore "$WORK/wo_b" "no BF16 linear outside the ignore 
 
 # 2b. The other way round: attn.wq_a left out of the ignore list, so its linears are INT8
 #     where the demo job wants BF16.
-IGNORE_LESS=$(python3 -c 'import json, sys, tomllib; print(json.dumps([e for e in tomllib.load(open(sys.argv[1], "rb"))["quant"]["ignore"] if e != "attn.wq_a"], separators=(",", ":")))' "$JOBINT8")
+IGNORE_LESS=$(ignore_list '[e for e in ignore if e != "attn.wq_a"]')
 run_shardq 0 "$WORK/wq_a.log" "$JOBINT8" --src "$WORK/src" --dst "$WORK/wq_a" --set "quant.ignore=$IGNORE_LESS" ||
   fail "run with attn.wq_a not ignored: $(tail -3 "$WORK/wq_a.log")"
 expect_fail int8-inside-ignore "$WORK/wq_a" "ignore-matched linears BF16" "layers.0.attn.wq_a.weight: is I8"
+
+# 2c. attn.indexer.weights_proj (BF16 in the source, no scale: it cannot become INT8) left
+#     out of the ignore list: the run is refused, and no output folder is made.
+IGNORE_NO_PROJ=$(ignore_list '[e for e in ignore if e != "attn.indexer.weights_proj"]')
+if run_shardq 0 "$WORK/no_proj.log" "$JOBINT8" --src "$WORK/src" --dst "$WORK/no_proj" --set "quant.ignore=$IGNORE_NO_PROJ"; then
+  fail "a run with attn.indexer.weights_proj outside the ignore list succeeded"
+fi
+grep -q "^shardq: error: .*linear 'layers\.[0-9]*\.attn\.indexer\.weights_proj\.weight' is BF16 .*quant\.ignore" "$WORK/no_proj.log" ||
+  fail "the refusal does not name the BF16 linear and quant.ignore: $(tail -3 "$WORK/no_proj.log")"
+[[ ! -e "$WORK/no_proj" ]] || fail "the refused run made $WORK/no_proj"
+echo "no-proj: refused: $(grep '^shardq: error' "$WORK/no_proj.log" | cut -c1-160)"
 
 # 3. One byte of an Engram table.
 copy_of good engram

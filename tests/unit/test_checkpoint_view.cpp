@@ -1,10 +1,13 @@
 // CheckpointView (stages/recipes/recipe.h): lookups by name, find_near against find, and a
 // name stored in two shards refused; the W8A8 report's module kinds, and its plan the same
-// whatever order the shards are planned in.
+// whatever order the shards are planned in; what it takes for a linear, the refusal of one
+// it cannot quantize outside the ignore list, and the audit's linears found in the output.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -218,6 +221,105 @@ TEST(W8a8Plan, IgnoreEntriesMatchWholeComponents) {
   EXPECT_TRUE(ignore_matches("layers.3.attn.wq_a", {"3.attn"}));  // entries may span numbered components
   EXPECT_FALSE(ignore_matches("layers.13.attn.wq_a", {"3.attn"}));
   EXPECT_FALSE(ignore_matches("layers.3.attn", {""}));
+}
+
+// A one-shard view of `tensors`, in their order.
+CheckpointView one_shard_view(const std::string& dir, const std::vector<TensorSpec>& tensors) {
+  CheckpointView view;
+  view.dir = dir;
+  view.shard_files = {"model-00001-of-00001.safetensors"};
+  for (const TensorSpec& spec : tensors) view.tensors.push_back({spec, 0});
+  view.index();
+  return view;
+}
+
+// A linear is a 2-D <module>.weight that is not a norm, an embedding, an Engram table, a
+// head or a router gate, whatever its dtype.
+TEST(W8a8Plan, LinearWeightsByNameAndShape) {
+  const auto module_of = [](const std::string& name, std::vector<uint64_t> shape) -> std::optional<std::string> {
+    const TensorSpec spec{name, Dtype::BF16, std::move(shape)};
+    const auto module = linear_weight_module(spec); // a view of spec.name
+    return module ? std::optional<std::string>(*module) : std::nullopt;
+  };
+  EXPECT_EQ(module_of("layers.2.attn.indexer.weights_proj.weight", {4, 256}), "layers.2.attn.indexer.weights_proj");
+  EXPECT_EQ(module_of("vision.blocks.0.fc1.weight", {64, 32}), "vision.blocks.0.fc1");
+  EXPECT_EQ(module_of("layers.0.ffn.experts.3.w1.weight", {64, 32}), "layers.0.ffn.experts.3.w1");
+  EXPECT_EQ(module_of("layers.0.ffn.gate.weight", {8, 256}), std::nullopt);
+  EXPECT_EQ(module_of("embed.weight", {1024, 256}), std::nullopt);
+  EXPECT_EQ(module_of("head.weight", {1024, 256}), std::nullopt);
+  EXPECT_EQ(module_of("mtp.0.head.weight", {1024, 256}), std::nullopt);
+  EXPECT_EQ(module_of("markov_head.proj.weight", {64, 64}), std::nullopt);
+  EXPECT_EQ(module_of("layers.1.engram.embed.weight", {4096, 256}), std::nullopt);
+  EXPECT_EQ(module_of("layers.0.attn_norm.weight", {64, 64}), std::nullopt);
+  EXPECT_EQ(module_of("mtp.0.enorm.weight", {64, 64}), std::nullopt);
+  EXPECT_EQ(module_of("layers.0.attn.wq_b.weight", {64}), std::nullopt);         // not a matrix
+  EXPECT_EQ(module_of("layers.1.engram.q_weight", {4, 256}), std::nullopt);      // not <module>.weight
+  EXPECT_EQ(module_of("layers.0.attn.wq_b.weight_scale", {64, 1}), std::nullopt);
+  EXPECT_EQ(module_of("layers.0.shead.weight", {64, 64}), "layers.0.shead");     // "head" is a whole component
+}
+
+// A linear without an E8M0 scale (natively BF16) is copied where the ignore list names it and
+// refused elsewhere, naming the file, the tensor and the fix; the other BF16 matrices are copied.
+TEST(W8a8Plan, UnscaledLinearOutsideTheIgnoreListRefused) {
+  const CheckpointView view = one_shard_view("/models/src", {{"embed.weight", Dtype::BF16, {1024, 64}},
+                                                             {"head.weight", Dtype::BF16, {1024, 64}},
+                                                             {"layers.0.attn_norm.weight", Dtype::BF16, {64}},
+                                                             {"layers.0.ffn.gate.weight", Dtype::BF16, {8, 64}},
+                                                             {"layers.0.attn.wq_b.weight", Dtype::F8_E4M3, {64, 64}},
+                                                             {"layers.0.attn.wq_b.scale", Dtype::F8_E8M0, {2, 2}},
+                                                             {"layers.0.attn.indexer.weights_proj.weight", Dtype::BF16, {4, 64}}});
+  RecipeParams params;
+  params.ignore = {"attn.indexer.weights_proj"};
+  const RecipePlan plan = W8a8Int8Recipe().plan({params, view, nullptr, {}, {}});
+  ASSERT_EQ(plan.tasks.size(), 1u);
+  EXPECT_EQ(plan.tasks[0].name, "layers.0.attn.wq_b");
+  const auto& entries = plan.shards.at(0);
+  const auto copied = std::ranges::find_if(entries, [](const ShardEntry& e) {
+    return e.spec.name == "layers.0.attn.indexer.weights_proj.weight";
+  });
+  ASSERT_NE(copied, entries.end());
+  EXPECT_EQ(copied->source, EntrySource::copy);
+  EXPECT_EQ(copied->spec.dtype, Dtype::BF16);
+
+  params.ignore = {"attn.wq_a"};
+  try {
+    W8a8Int8Recipe().plan({params, view, nullptr, {}, {}});
+    FAIL() << "a BF16 linear outside the ignore list was planned";
+  } catch (const StageError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/models/src/model-00001-of-00001.safetensors"));
+    EXPECT_THAT(e.what(), HasSubstr("'layers.0.attn.indexer.weights_proj.weight' is BF16 [4, 64]"));
+    EXPECT_THAT(e.what(), HasSubstr("quant.ignore"));
+  }
+}
+
+// The audit finds the linears in the output's headers, not in the plan: a natively BF16
+// ignored linear counts as ignore-matched, a BF16 one outside the list fails, the other
+// matrices are not linears.
+TEST(W8a8Audit, LinearsFoundInTheOutputHeaders) {
+  const CheckpointView output = one_shard_view("/models/dst", {{"embed.weight", Dtype::BF16, {1024, 64}},
+                                                               {"layers.0.ffn.gate.weight", Dtype::BF16, {8, 64}},
+                                                               {"layers.0.attn.wq_a.weight", Dtype::BF16, {64, 64}},
+                                                               {"layers.0.attn.indexer.weights_proj.weight", Dtype::BF16, {4, 64}},
+                                                               {"layers.0.attn.wq_b.weight", Dtype::I8, {64, 64}},
+                                                               {"layers.0.attn.wq_b.weight_scale", Dtype::F32, {64, 1}},
+                                                               {"layers.0.attn.wo_b.weight", Dtype::BF16, {64, 64}},
+                                                               {"layers.0.attn.wkv.weight", Dtype::I8, {64, 64}},
+                                                               {"layers.0.attn.wkv.weight_scale", Dtype::F32, {64, 1}}});
+  RecipeParams params;
+  params.ignore = {"attn.wq_a", "attn.wkv", "attn.indexer.weights_proj"};
+  std::map<std::string, std::vector<std::pair<std::string, bool>>> checks; // category -> (what, ok)
+  const AuditCheck check = [&](const std::string& category, bool ok, const std::string& what, const std::string&) {
+    checks[category].emplace_back(what, ok);
+  };
+  W8a8Int8Recipe().audit(RecipePlan{}, params, CheckpointView{}, output, check);
+  using Checks = std::vector<std::pair<std::string, bool>>;
+  EXPECT_EQ(checks["ignore-matched linears BF16"], (Checks{{"layers.0.attn.wq_a.weight", true},
+                                                          {"layers.0.attn.indexer.weights_proj.weight", true},
+                                                          {"layers.0.attn.wkv.weight", false}}));
+  EXPECT_EQ(checks["no BF16 linear outside the ignore rules"],
+            (Checks{{"layers.0.attn.wq_b.weight", true}, {"layers.0.attn.wo_b.weight", false}}));
+  EXPECT_EQ(checks["I8 weights paired with F32 [out, 1] scales"],
+            (Checks{{"layers.0.attn.wq_b.weight", true}, {"layers.0.attn.wkv.weight", true}}));
 }
 
 } // namespace
