@@ -229,7 +229,8 @@ Job verify_job(const VerifyArgs& args) {
 }
 
 // Index closed: every shard it names is present and whole (its header matches its size),
-// and every tensor of every shard is named once, in the shard that holds it.
+// every tensor of every shard is named once, in the shard that holds it, and the folder
+// holds no other .safetensors file.
 void verify_index(const Plan& plan, AuditReaders& readers, Audit& audit) {
   const io::ShardIndex index = io::read_index(plan.dst / io::kIndexFileName);
   audit.check("index as planned", index == output_index(plan), std::string(io::kIndexFileName), "differs from the plan");
@@ -260,6 +261,9 @@ void verify_index(const Plan& plan, AuditReaders& readers, Audit& audit) {
   for (const auto& [name, file] : index.entries()) {
     audit.check("index closed", seen[name] == 1, std::string(name), fmt::format("held by {} shards, 1 expected", seen[name]));
   }
+  const auto outside = io::shard_files_outside(plan.dst, index.shard_files());
+  audit.check("no shard files outside the index", outside.empty(), plan.dst.string(),
+              fmt::format("holds {} .safetensors file(s) the index does not name: {}", outside.size(), fmt::join(outside, ", ")));
 }
 
 float read_f32_scalar(const io::Reader& reader, const std::string& name) {

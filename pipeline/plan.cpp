@@ -170,6 +170,17 @@ void plan_task_outputs(Plan& plan) {
   });
 }
 
+// A .safetensors file of the source that its index does not name would be linked into the
+// output as an "other file" and sit there un-quantized beside the product's shards, read by
+// any loader that globs the folder: refused, as leaving it out would drop it unsaid.
+void refuse_unindexed_shards(const Plan& plan) {
+  const auto unindexed = io::shard_files_outside(plan.src, plan.source.shard_files);
+  if (unindexed.empty()) return;
+  throw PipelineError(fmt::format("{}: .safetensors files that {} does not name: {}; shardq reads only the shards the "
+                                  "index names and would not carry these into the output: move them out of the source folder",
+                                  plan.src.string(), io::kIndexFileName, fmt::join(unindexed, ", ")));
+}
+
 std::vector<std::string> unlisted_files(const Plan& plan) {
   std::vector<std::string> files;
   for (const auto& entry : std::filesystem::directory_iterator(plan.src)) {
@@ -274,6 +285,7 @@ Plan make_plan(const Job& job, int ranks) {
   plan_task_outputs(plan);
   plan.group_tasks.resize(plan.recipe_plan.groups);
   for (size_t t = 0; t < plan.tasks().size(); ++t) plan.group_tasks.at(plan.tasks()[t].group).push_back(t);
+  refuse_unindexed_shards(plan);
   plan.other_files = unlisted_files(plan);
   plan.fingerprint = make_fingerprint(plan, headers_digest(source_readers, plan.source.shard_files));
   return plan;

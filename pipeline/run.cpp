@@ -78,6 +78,19 @@ void link_unchanged(const Plan& plan) {
   for (const auto& file : plan.other_files) link_file(plan.src / file, plan.dst / file);
 }
 
+// Shard files in dst that this output does not name (another checkpoint's, an earlier
+// run's of another source) would sit beside it, read by any loader that globs the folder.
+// They are not shardq's to delete, --force or not.
+void refuse_foreign_shards(const Plan& plan) {
+  std::vector<std::string> named;
+  for (const auto& shard : plan.shards) named.push_back(shard.file);
+  const auto foreign = io::shard_files_outside(plan.dst, named);
+  if (foreign.empty()) return;
+  throw PipelineError(fmt::format("{}: .safetensors files that this output does not name (its shards are {}'s): {}; "
+                                  "remove them or choose another dst",
+                                  plan.dst.string(), plan.src.string(), fmt::join(foreign, ", ")));
+}
+
 bool output_complete(const Plan& plan, const std::optional<LoadResult>& loaded) {
   if (!std::filesystem::exists(plan.dst / io::kIndexFileName)) return false;
   // Without a checkpoint, the report (written last) tells a finished output from one
@@ -182,6 +195,7 @@ void reopen_damaged_shards(const std::filesystem::path& checkpoint_path, Checkpo
 std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& args,
                                              const std::filesystem::path& checkpoint_path, OutputFiles& outputs) {
   std::filesystem::create_directories(plan.dst);
+  refuse_foreign_shards(plan);
   std::filesystem::create_directories(checkpoint_path.parent_path());
   std::optional<LoadResult> loaded;
   if (!args.fresh && !args.force) loaded = load_checkpoint(checkpoint_path);

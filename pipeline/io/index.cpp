@@ -237,4 +237,15 @@ void write_index(const std::filesystem::path& index_file, const ShardIndex& inde
   write_file_atomic(index_file, index_text(index_file, index));
 }
 
+std::vector<std::string> shard_files_outside(const std::filesystem::path& dir, const std::vector<std::string>& named) {
+  std::vector<std::string> outside;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || !name.ends_with(".safetensors")) continue;
+    if (std::find(named.begin(), named.end(), name) == named.end()) outside.push_back(name);
+  }
+  std::sort(outside.begin(), outside.end());
+  return outside;
+}
+
 } // namespace shardq::io

@@ -116,6 +116,10 @@ void validate_shards(const std::filesystem::path& index_file, const ShardIndex& 
 // read_index + validate_shards: what a loader of a source checkpoint wants.
 ShardIndex load_index(const std::filesystem::path& index_file);
 
+// The *.safetensors files of folder `dir` that `named` (an index's shard files) does not
+// hold, sorted: a loader that globs the folder would read them with the checkpoint.
+std::vector<std::string> shard_files_outside(const std::filesystem::path& dir, const std::vector<std::string>& named);
+
 // The index's text, indent 2, trailing newline: what nlohmann's dump(2) gives for
 // {"metadata": {"total_size", extra...}, "weight_map"}, written line by line (an
 // ordered_json of 100K keys costs seconds to fill). index_file names it in errors.

@@ -7,7 +7,9 @@
 #     any work (no .partial file);
 #  3. a complete output in dst: refused without --force (message says --force, bytes
 #     untouched), overwritten with --force;
-#  4. an unknown job key (in the file or through --set): the error names the key.
+#  4. an unknown job key (in the file or through --set): the error names the key;
+#  5. a .safetensors file in dst that the output does not name (refused with --force too,
+#     left as it was), or one in the source that its index does not name (refused).
 # Env: SHARDQ_BIN, SHARDQ_SOURCE_DIR. Exit 77 (skip) without SHARDQ_BIN.
 # shellcheck source-path=SCRIPTDIR source=counting_lib.sh
 source "$(dirname "$0")/counting_lib.sh"
@@ -138,6 +140,33 @@ check_unknown_keys() {
   echo "ok: unknown keys: $(grep -m1 'error' "$dst.set.log"); $(grep -m1 'error' "$dst.file.log")"
 }
 
+# Stray .safetensors files: one in dst that the output does not name is refused, --force or
+# not, and left as it was (it is not shardq's); one in the source that its index does not
+# name is refused before dst is made (it would be linked into the output un-quantized).
+check_stray_shards() {
+  local dst="$work/out-stray" src
+  mkdir -p "$dst"
+  echo "another checkpoint's" >"$dst/model-00001-of-00009.safetensors"
+  for force in "" --force; do
+    # shellcheck disable=SC2086
+    run_expect_failure "stray-dst$force" "$dst$force.log" --src "$work/src" --dst "$dst" $force || continue
+    expect_in_log "stray-dst$force" "$dst$force.log" "model-00001-of-00009.safetensors"
+    expect_in_log "stray-dst$force" "$dst$force.log" "does not name"
+  done
+  [ "$(cat "$dst/model-00001-of-00009.safetensors")" = "another checkpoint's" ] || fail "stray-dst: the stray file was changed"
+  local written
+  written=$(find "$dst" -mindepth 1 -maxdepth 1 ! -name .shardq ! -name model-00001-of-00009.safetensors -printf '%f ')
+  [ -z "$written" ] || fail "stray-dst: the refused runs wrote $written"
+  [ -z "$(find "$dst/.shardq" -type f 2>/dev/null)" ] || fail "stray-dst: the refused runs left a checkpoint"
+  echo "ok: stray in dst: $(grep -m1 'error' "$dst--force.log")"
+  src=$(fixture_copy src-stray)
+  echo "consolidated" >"$src/consolidated.safetensors"
+  run_expect_failure stray-src "$work/out-stray-src.log" --src "$src" --dst "$work/out-stray-src" || return 0
+  expect_in_log stray-src "$work/out-stray-src.log" "consolidated.safetensors"
+  [ ! -e "$work/out-stray-src" ] || fail "stray-src: dst was made"
+  echo "ok: stray in the source: $(grep -m1 'error' "$work/out-stray-src.log")"
+}
+
 "$SHARDQ_BIN" fixture --preset dsv41-mini --out "$work/src" >/dev/null
 table=layers.14.engram.embed.weight
 check_nan_in_table nan-7f "$table" 30001 77 0x7F column
@@ -146,5 +175,6 @@ check_nan_in_table e8m0-ff layers.14.engram.embed.scale 12345 5 0xFF "column"
 check_layout_mismatch
 check_force
 check_unknown_keys
+check_stray_shards
 [ "$failures" -eq 0 ] || { echo "test_bad_input: $failures failures"; exit 1; }
 echo "test_bad_input: all passed"

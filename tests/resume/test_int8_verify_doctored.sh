@@ -11,7 +11,8 @@
 #  3. one byte flipped in an Engram table (layers.1.engram.embed.weight, its shard copied
 #     first: the output's is a hard link of the source's);
 #  4. one INT8 code moved two steps (now 1.5 steps or more from its source value);
-#  5. one row's weight_scale NaN, or +inf (codes unchanged).
+#  5. one row's weight_scale NaN, or +inf (codes unchanged);
+#  6. a .safetensors file in the folder that the index does not name.
 # Every case runs; those verify does not fail as it should are listed at the end.
 # The good output itself verifies (OK) first, so each failure is the doctoring's.
 # shellcheck source=lib.sh
@@ -116,6 +117,12 @@ for edit in nan:0x7FC00000 inf:0x7F800000; do
   expect_fail "scale-${edit%%:*}" "$WORK/scale-${edit%%:*}" "INT8 rows within half a step, max |q| 127" \
     "layers.4.attn.wq_b.weight: row 10"
 done
+
+# 6. A .safetensors file beside the output that its index does not name (a shard of
+#    another checkpoint left in the folder).
+copy_of good stray
+cp "$(find "$WORK/good" -name '*.safetensors' | sort | head -1)" "$WORK/stray/model-00001-of-00099.safetensors"
+expect_fail stray-shard "$WORK/stray" "no shard files outside the index" "model-00001-of-00099.safetensors"
 
 # The good output was never written through.
 "$SHARDQ_BIN" verify --src "$WORK/src" --dst "$WORK/good" "$JOBINT8" >"$WORK/verify-good-again.log" ||

@@ -1,5 +1,6 @@
 // pipeline/io index.json, config.json and atomic file writes: order kept, shard names that
-// could escape the folder refused, missing shards found.
+// could escape the folder refused, missing shards and shard files the index does not name
+// found.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -227,6 +228,23 @@ TEST(IoIndex, FindsMissingShard) {
   }
   test::write_text(dir / "model-00001-of-00002.safetensors", "x");
   EXPECT_EQ(load_index(path).size(), 3u);
+}
+
+// Only .safetensors files count (not the index, not .partial files, not folders), sorted.
+TEST(IoIndex, ShardFilesOutsideTheIndex) {
+  ScratchDir dir;
+  const std::vector<std::string> named = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  for (const auto& file : named) test::write_text(dir / file, "x");
+  test::write_text(dir / std::string(kIndexFileName), "{}");
+  test::write_text(dir / "model-00002-of-00002.safetensors.partial", "x");
+  test::write_text(dir / "tokenizer.json", "{}");
+  std::filesystem::create_directory(dir / "extra.safetensors"); // a folder, not a file
+  EXPECT_TRUE(shard_files_outside(dir.path(), named).empty());
+  test::write_text(dir / "model-00003-of-00003.safetensors", "x");
+  test::write_text(dir / "consolidated.safetensors", "x");
+  EXPECT_EQ(shard_files_outside(dir.path(), named),
+            (std::vector<std::string>{"consolidated.safetensors", "model-00003-of-00003.safetensors"}));
+  EXPECT_EQ(shard_files_outside(dir.path(), {}).size(), 4u);
 }
 
 TEST(IoIndex, RefusesDuplicateTensorsAndBadTotals) {
