@@ -181,15 +181,30 @@ void refuse_unindexed_shards(const Plan& plan) {
                                   plan.src.string(), io::kIndexFileName, fmt::join(unindexed, ", ")));
 }
 
+// Every other file of the source, at its path below the folder: the tokenizer and license,
+// and the folders beside the weights (a model's inference/ and encoding/ code) whole.
+// Hidden folders (.git, .cache, a .shardq checkpoint) are not the model's.
 std::vector<std::string> unlisted_files(const Plan& plan) {
   std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(plan.src)) {
-    const std::string name = entry.path().filename().string();
-    const bool shard = std::find(plan.source.shard_files.begin(), plan.source.shard_files.end(), name) != plan.source.shard_files.end();
-    const bool rewritten = name == io::kIndexFileName || name == kConfigFile ||
-                           std::any_of(plan.recipe_plan.side_files.begin(), plan.recipe_plan.side_files.end(),
-                                       [&](const auto& side) { return side.first == name; });
-    if (entry.is_regular_file() && !shard && !rewritten) files.push_back(name);
+  const auto options = std::filesystem::directory_options::follow_directory_symlink;
+  for (auto it = std::filesystem::recursive_directory_iterator(plan.src, options); it != decltype(it)(); ++it) {
+    const std::string name = it->path().filename().string();
+    if (it->is_symlink() && !std::filesystem::exists(it->path())) {
+      throw PipelineError(fmt::format("{}: a link to nothing ({}): the source is incomplete", it->path().string(),
+                                      std::filesystem::read_symlink(it->path()).string()));
+    }
+    if (it->is_directory()) {
+      if (name.starts_with('.')) it.disable_recursion_pending();
+      continue;
+    }
+    const std::string path = it->path().lexically_relative(plan.src).string();
+    const bool top = it.depth() == 0;
+    const bool shard = top && std::find(plan.source.shard_files.begin(), plan.source.shard_files.end(), name) !=
+                                  plan.source.shard_files.end();
+    const bool rewritten = top && (name == io::kIndexFileName || name == kConfigFile ||
+                                   std::any_of(plan.recipe_plan.side_files.begin(), plan.recipe_plan.side_files.end(),
+                                               [&](const auto& side) { return side.first == name; }));
+    if (it->is_regular_file() && !shard && !rewritten) files.push_back(path);
   }
   std::sort(files.begin(), files.end());
   return files;

@@ -62,7 +62,7 @@ struct Plan {
   CheckpointView source;
   io::ShardIndex source_index;
   std::vector<ShardPlan> shards;
-  std::vector<std::string> other_files; // linked untouched (tokenizer, LICENSE, ...)
+  std::vector<std::string> other_files; // paths below src, linked untouched (tokenizer, LICENSE, inference/...)
   std::vector<std::vector<size_t>> group_tasks; // scale group -> its tasks
   std::vector<std::pair<std::string, std::string>> fingerprint;
   // The source shards, open and their headers parsed once (by make_plan) for everyone

@@ -64,11 +64,22 @@ Job job_from_args(const RunArgs& args) {
   return load_job(args.job_file, overrides);
 }
 
+// `to` becomes the file `from` names, after every symlink on the way: a source of links (a
+// Hugging Face cache snapshot's point into ../../blobs) must not give the output links that
+// dangle, or resolve, wherever the output lies. A hard link where it can be, else an
+// absolute symlink (another file system). A `to` already that file is kept (a resume);
+// anything else there, e.g. a link an older shardq made, is replaced: the plan names it.
 void link_file(const std::filesystem::path& from, const std::filesystem::path& to) {
-  if (std::filesystem::exists(std::filesystem::symlink_status(to))) return;
   std::error_code error;
-  std::filesystem::create_hard_link(from, to, error);
-  if (error) std::filesystem::create_symlink(std::filesystem::absolute(from), to); // other file system
+  const std::filesystem::path target = std::filesystem::canonical(from, error);
+  if (error) throw PipelineError(fmt::format("{}: cannot be followed to a file ({})", from.string(), error.message()));
+  if (std::filesystem::exists(std::filesystem::symlink_status(to))) {
+    if (std::filesystem::equivalent(target, to, error)) return;
+    std::filesystem::remove(to);
+  }
+  std::filesystem::create_directories(to.parent_path());
+  std::filesystem::create_hard_link(target, to, error);
+  if (error) std::filesystem::create_symlink(target, to);
 }
 
 void link_unchanged(const Plan& plan) {
