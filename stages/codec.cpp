@@ -175,6 +175,7 @@ bool encode_int8(const ChunkInput& chunk, LinearSource source, EncodedChunk& out
       throw StageError(fmt::format("{}: row {}: the INT8 kernel found a NaN code the check did not", rows.tensor,
                                    rows.first_row + r));
     }
+    if (std::isinf(scale)) refuse_infinite_row(rows, r); // amax overflowed
     std::memcpy(out.buffers[*slots.output_scale].data() + r * sizeof(float), &scale, sizeof(float)); // F32 little-endian
     ++out.stats.rows;
     ++out.stats.blocks;
@@ -204,6 +205,7 @@ bool encode_bf16(const ChunkInput& chunk, LinearSource source, EncodedChunk& out
       source_sq += double(values[c]) * double(values[c]);
       error_sq += error * error;
     }
+    if (std::isinf(source_sq)) refuse_infinite_row(rows, r); // a value overflowed
     ++out.stats.rows;
     out.stats.reference_sq.add(source_sq);
     out.stats.error_sq.add(error_sq);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "kernels/formats.h"
 #include "kernels/mxfp4.h"
@@ -56,6 +58,22 @@ void check_linear_codes(const LinearRows& rows, uint64_t first, uint64_t count) 
   const uint64_t at = first * uint64_t(rows.cols) + uint64_t(nan_code - codes.begin());
   throw StageError(fmt::format("{}: row {} column {}: E4M3 code 0x{:02X} is NaN", rows.tensor,
                                rows.first_row + at / uint64_t(rows.cols), at % uint64_t(rows.cols), *nan_code));
+}
+
+void refuse_infinite_row(const LinearRows& rows, uint64_t r) {
+  thread_local std::vector<float> values;
+  values.resize(uint64_t(rows.cols));
+  decode_linear_row(rows, r, values.data());
+  const auto inf = std::find_if(values.begin(), values.end(), [](float x) { return std::isinf(x); });
+  if (inf == values.end()) {
+    throw StageError(fmt::format("{}: row {}: an infinite result from a row whose values all decode finite",
+                                 rows.tensor, rows.first_row + r));
+  }
+  const uint64_t col = uint64_t(inf - values.begin());
+  throw StageError(fmt::format("{}: row {} column {}: decodes to {} (E8M0 scale byte {} of '{}'): past fp32's range, "
+                               "so neither an INT8 scale nor a BF16 value can hold it",
+                               rows.tensor, rows.first_row + r, col, *inf, row_scales(rows, r)[col / kBlock],
+                               rows.scale_tensor));
 }
 
 void check_linear_rows(const LinearRows& rows) {

@@ -30,6 +30,10 @@ void check_linear_rows(const LinearRows& rows);
 // (while they are in cache): every scale, then the codes of chunk rows [first, first + count).
 void check_linear_scales(const LinearRows& rows);
 void check_linear_codes(const LinearRows& rows, uint64_t first, uint64_t count);
+// For a chunk row r found to hold an infinite value (an INT8 scale or a sum of squares
+// that came out infinite): throws StageError naming the first value that decodes to
+// infinity (a code times a scale past fp32's range: no INT8 scale or BF16 value holds it).
+[[noreturn]] void refuse_infinite_row(const LinearRows& rows, uint64_t r);
 
 // Row r (0-based in the chunk) decoded exactly into out[cols].
 void decode_linear_row(const LinearRows& rows, uint64_t r, float* out);

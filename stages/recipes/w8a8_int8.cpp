@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -73,13 +74,23 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
 // A linear weight the recipe cannot quantize (no E8M0 scale beside it: natively BF16, or a
 // scale of another format) is kept as it is only where the ignore list says so: elsewhere
 // the output would hold an un-quantized linear that its config calls INT8.
+// An ignored one must be BF16 already (natively BF16 modules, the vision tower's): any other
+// dtype without an E8M0 scale (V3's F32 weight_scale_inv, F32 weights) is not dequantized
+// here, and copied as it is it would fail the card's "ignore-matched linears BF16".
 void refuse_unquantizable_linear(const CheckpointView& source, const SourceTensor& tensor, const RecipeParams& params) {
   const auto module = linear_weight_module(tensor.spec);
-  if (!module || ignore_matches(*module, params.ignore)) return;
-  throw StageError(fmt::format("{}: linear '{}' is {} {} without an F8_E8M0 '.scale' beside it, so it cannot become INT8, "
-                               "and it matches no quant.ignore entry; add its module to quant.ignore to keep it as it is",
-                               (source.dir / source.shard_files[tensor.shard]).string(), tensor.spec.name,
-                               dtype_name(tensor.spec.dtype), shape_text(tensor.spec.shape)));
+  if (!module) return;
+  const bool ignored = ignore_matches(*module, params.ignore);
+  if (ignored && tensor.spec.dtype == Dtype::BF16) return;
+  const std::string what = fmt::format("{}: linear '{}' is {} {} without an F8_E8M0 '.scale' beside it",
+                                       (source.dir / source.shard_files[tensor.shard]).string(), tensor.spec.name,
+                                       dtype_name(tensor.spec.dtype), shape_text(tensor.spec.shape));
+  if (ignored) {
+    throw StageError(what + ": an ignored linear becomes BF16, which w8a8-int8 makes from FP8 or FP4 linears with "
+                            "E8M0 scales and keeps where it is BF16 already, and from nothing else");
+  }
+  throw StageError(what + ", so it cannot become INT8, and it matches no quant.ignore entry; add its module to "
+                          "quant.ignore to keep it as it is (BF16)");
 }
 
 uint64_t aligned(uint64_t rows, uint64_t alignment) { return std::max(alignment, rows / alignment * alignment); }
@@ -345,42 +356,57 @@ Json W8a8Int8Recipe::report(const RecipePlan& plan, const RecipeParams& params, 
 
 namespace {
 
-// model-0000i-of-0000N.safetensors for every i in 1..N, and nothing else.
-void audit_shard_set(const CheckpointView& output, const AuditCheck& check) {
-  const size_t count = output.shard_files.size();
-  for (size_t i = 0; i < count; ++i) {
-    const std::string expected = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, count);
-    check("shard set continuous and closed", output.shard_files[i] == expected, output.shard_files[i],
-          "expected " + expected);
+// The shard set closed: each output shard file is one of the source's (the run keeps their
+// names). Continuous: named model-<i>-of-<N>.safetensors (any zero padding: DeepSeek's
+// repositories write N with six digits), i runs over 1..N once each, N is the count. A
+// shard the output lacks leaves a gap here, or (other names) missing keys below.
+void audit_shard_set(const CheckpointView& source, const CheckpointView& output, const AuditCheck& check) {
+  const std::set<std::string> source_files(source.shard_files.begin(), source.shard_files.end());
+  std::set<uint64_t> seen;
+  const uint64_t count = output.shard_files.size();
+  for (const std::string& file : output.shard_files) {
+    unsigned long long i = 0, n = 0;
+    int end = 0;
+    const bool numbered = std::sscanf(file.c_str(), "model-%llu-of-%llu.safetensors%n", &i, &n, &end) == 2 &&
+                          size_t(end) == file.size();
+    std::string problem;
+    if (!source_files.count(file)) problem = "is not a shard of the source";
+    else if (numbered && (n != count || i < 1 || i > count)) problem = fmt::format("is shard {} of {}; the set has {}", i, n, count);
+    else if (numbered && !seen.insert(i).second) problem = fmt::format("a second shard {}", i);
+    check("shard set continuous and closed", problem.empty(), file, problem);
   }
 }
 
-// The planned names: the source's, with each INT8 linear's scale renamed weight_scale and
-// each BF16 linear's scale dropped.
-std::set<std::string> planned_names(const RecipePlan& plan, const CheckpointView& source) {
+// The names the card's rule gives from the source alone (not from the plan): each linear's
+// E8M0 scale becomes its weight_scale (INT8) or goes (BF16, ignored); every other name stays.
+std::set<std::string> expected_names(const RecipeParams& params, const CheckpointView& source) {
   std::set<std::string> names;
+  constexpr std::string_view kScale = ".scale";
   for (const auto& t : source.tensors) {
-    if (!plan.shards.count(t.shard)) names.insert(t.spec.name);
-  }
-  for (const auto& [shard, entries] : plan.shards) {
-    for (const auto& entry : entries) names.insert(entry.spec.name);
+    const std::string_view name = t.spec.name;
+    if (t.spec.dtype == Dtype::F8_E8M0 && name.ends_with(kScale)) {
+      const std::string module(name.substr(0, name.size() - kScale.size()));
+      const SourceTensor* weight = source.find(module + ".weight");
+      if (weight && linear_weight_module(weight->spec)) {
+        if (!ignore_matches(module, params.ignore)) names.insert(module + ".weight_scale");
+        continue;
+      }
+    }
+    names.insert(t.spec.name);
   }
   return names;
 }
 
-void audit_key_diff(const RecipePlan& plan, const CheckpointView& source, const CheckpointView& output,
+void audit_key_diff(const RecipeParams& params, const CheckpointView& source, const CheckpointView& output,
                     const AuditCheck& check) {
-  const std::set<std::string> planned = planned_names(plan, source);
+  const std::set<std::string> expected = expected_names(params, source);
   uint64_t missing = 0, extra = 0;
-  for (const auto& name : planned) missing += output.find(name) ? 0 : 1;
-  for (const auto& t : output.tensors) extra += planned.count(t.spec.name) ? 0 : 1;
+  for (const auto& name : expected) missing += output.find(name) ? 0 : 1;
+  for (const auto& t : output.tensors) extra += expected.count(t.spec.name) ? 0 : 1;
   check("key diff vs source", missing == 0 && extra == 0, "tensor names",
         fmt::format("{} missing, {} extra", missing, extra));
 }
 
-// The output's linears found from its own headers, as the card's audit finds them, not from
-// the plan: natively BF16 ones (never a task) count too, and a BF16 linear the plan missed
-// fails.
 void audit_linears(const RecipeParams& params, const CheckpointView& output, const AuditCheck& check) {
   for (const auto& t : output.tensors) {
     const auto module = linear_weight_module(t.spec);
@@ -407,10 +433,12 @@ void audit_linears(const RecipeParams& params, const CheckpointView& output, con
 
 } // namespace
 
-void W8a8Int8Recipe::audit(const RecipePlan& plan, const RecipeParams& params, const CheckpointView& source,
+// The plan is not consulted: like the card's, these audits read the output against the
+// source and the rules (the engine's own checks compare it with the plan).
+void W8a8Int8Recipe::audit(const RecipePlan&, const RecipeParams& params, const CheckpointView& source,
                            const CheckpointView& output, const AuditCheck& check) const {
-  audit_shard_set(output, check);
-  audit_key_diff(plan, source, output, check);
+  audit_shard_set(source, output, check);
+  audit_key_diff(params, source, output, check);
   audit_linears(params, output, check);
 }
 

@@ -258,6 +258,17 @@ TEST(W8a8Plan, LinearWeightsByNameAndShape) {
   EXPECT_EQ(module_of("layers.0.shead.weight", {64, 64}), "layers.0.shead");     // "head" is a whole component
 }
 
+// The StageError a W8A8 plan of `view` throws, or "" (and a test failure) if it plans.
+std::string plan_error(const RecipeParams& params, const CheckpointView& view) {
+  try {
+    W8a8Int8Recipe().plan({params, view, nullptr, {}, {}});
+  } catch (const StageError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "the plan was made";
+  return "";
+}
+
 // A linear without an E8M0 scale (natively BF16) is copied where the ignore list names it and
 // refused elsewhere, naming the file, the tensor and the fix; the other BF16 matrices are copied.
 TEST(W8a8Plan, UnscaledLinearOutsideTheIgnoreListRefused) {
@@ -282,14 +293,91 @@ TEST(W8a8Plan, UnscaledLinearOutsideTheIgnoreListRefused) {
   EXPECT_EQ(copied->spec.dtype, Dtype::BF16);
 
   params.ignore = {"attn.wq_a"};
-  try {
-    W8a8Int8Recipe().plan({params, view, nullptr, {}, {}});
-    FAIL() << "a BF16 linear outside the ignore list was planned";
-  } catch (const StageError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("/models/src/model-00001-of-00001.safetensors"));
-    EXPECT_THAT(e.what(), HasSubstr("'layers.0.attn.indexer.weights_proj.weight' is BF16 [4, 64]"));
-    EXPECT_THAT(e.what(), HasSubstr("quant.ignore"));
+  const std::string outside = plan_error(params, view);
+  EXPECT_THAT(outside, HasSubstr("/models/src/model-00001-of-00001.safetensors"));
+  EXPECT_THAT(outside, HasSubstr("'layers.0.attn.indexer.weights_proj.weight' is BF16 [4, 64]"));
+  EXPECT_THAT(outside, HasSubstr("quant.ignore"));
+
+  // Ignored, but not BF16 (an FP8 linear with V3's F32 weight_scale_inv): not copied as FP8.
+  const CheckpointView v3 = one_shard_view("/models/v3", {{"layers.0.attn.wq_a.weight", Dtype::F8_E4M3, {64, 64}},
+                                                          {"layers.0.attn.wq_a.weight_scale_inv", Dtype::F32, {1, 1}}});
+  const std::string not_bf16 = plan_error(params, v3);
+  EXPECT_THAT(not_bf16, HasSubstr("'layers.0.attn.wq_a.weight' is F8_E4M3 [64, 64] without an F8_E8M0 '.scale'"));
+  EXPECT_THAT(not_bf16, HasSubstr("an ignored linear becomes BF16"));
+}
+
+// The audit's checks of one category: (what, ok) in the order made.
+using Checks = std::vector<std::pair<std::string, bool>>;
+std::map<std::string, Checks> audit_checks(const RecipeParams& params, const CheckpointView& source,
+                                           const CheckpointView& output) {
+  std::map<std::string, Checks> checks;
+  const AuditCheck check = [&](const std::string& category, bool ok, const std::string& what, const std::string&) {
+    checks[category].emplace_back(what, ok);
+  };
+  W8a8Int8Recipe().audit(RecipePlan{}, params, source, output, check);
+  return checks;
+}
+
+CheckpointView shards_view(std::vector<std::string> files) {
+  CheckpointView view;
+  view.dir = "/models";
+  view.shard_files = std::move(files);
+  for (size_t s = 0; s < view.shard_files.size(); ++s) {
+    view.tensors.push_back({{std::string("t").append(std::to_string(s)), Dtype::BF16, {4}}, s});
   }
+  view.index();
+  return view;
+}
+
+// Continuous and closed whatever the zero padding (DeepSeek's "-of-000163"); a missing
+// number, a wrong total or a shard the source does not have fail.
+TEST(W8a8Audit, ShardSetContinuousAndClosed) {
+  const std::vector<std::string> six = {"model-00001-of-000003.safetensors", "model-00002-of-000003.safetensors",
+                                        "model-00003-of-000003.safetensors"};
+  const auto failures = [](const CheckpointView& source, const CheckpointView& output) {
+    std::vector<std::string> failed;
+    auto checks = audit_checks({}, source, output);
+    for (const auto& [what, ok] : checks["shard set continuous and closed"]) {
+      if (!ok) failed.push_back(what);
+    }
+    return failed;
+  };
+  EXPECT_THAT(failures(shards_view(six), shards_view(six)), ::testing::IsEmpty());
+  const std::vector<std::string> other = {"weights-a.safetensors", "weights-b.safetensors"};
+  EXPECT_THAT(failures(shards_view(other), shards_view(other)), ::testing::IsEmpty());
+  const std::vector<std::string> gap = {"model-00001-of-000003.safetensors", "model-00003-of-000003.safetensors"};
+  EXPECT_EQ(failures(shards_view(gap), shards_view(gap)),
+            (std::vector<std::string>{"model-00001-of-000003.safetensors", "model-00003-of-000003.safetensors"}));
+  EXPECT_EQ(failures(shards_view(six), shards_view({six[0], six[1], "model-00003-of-00003.safetensors"})),
+            (std::vector<std::string>{"model-00003-of-00003.safetensors"}));
+  EXPECT_EQ(failures(shards_view(six), shards_view({six[0], six[1]})), (std::vector<std::string>{six[0], six[1]}));
+}
+
+// The key diff goes by the source and the rules, not by the plan: an INT8 linear's scale
+// becomes its weight_scale, an ignored one's goes, the Engram table's stays, the rest stay.
+TEST(W8a8Audit, KeyDiffAgainstTheSource) {
+  const CheckpointView source = one_shard_view("/models/src", {{"layers.0.attn.wq_a.weight", Dtype::F8_E4M3, {64, 64}},
+                                                               {"layers.0.attn.wq_a.scale", Dtype::F8_E8M0, {2, 2}},
+                                                               {"layers.0.attn.wq_b.weight", Dtype::F8_E4M3, {64, 64}},
+                                                               {"layers.0.attn.wq_b.scale", Dtype::F8_E8M0, {2, 2}},
+                                                               {"layers.1.engram.embed.weight", Dtype::F8_E4M3, {96, 64}},
+                                                               {"layers.1.engram.embed.scale", Dtype::F8_E8M0, {96, 2}},
+                                                               {"layers.0.attn_norm.weight", Dtype::BF16, {64}}});
+  std::vector<TensorSpec> good = {{"layers.0.attn.wq_a.weight", Dtype::BF16, {64, 64}},
+                                  {"layers.0.attn.wq_b.weight", Dtype::I8, {64, 64}},
+                                  {"layers.0.attn.wq_b.weight_scale", Dtype::F32, {64, 1}},
+                                  {"layers.1.engram.embed.weight", Dtype::F8_E4M3, {96, 64}},
+                                  {"layers.1.engram.embed.scale", Dtype::F8_E8M0, {96, 2}},
+                                  {"layers.0.attn_norm.weight", Dtype::BF16, {64}}};
+  RecipeParams params;
+  params.ignore = {"attn.wq_a"};
+  EXPECT_EQ(audit_checks(params, source, one_shard_view("/models/dst", good))["key diff vs source"],
+            (Checks{{"tensor names", true}}));
+  std::vector<TensorSpec> kept_scale = good;
+  kept_scale.push_back({"layers.0.attn.wq_a.scale", Dtype::F8_E8M0, {2, 2}}); // an ignored linear's scale kept
+  kept_scale.erase(kept_scale.begin() + 5);                                   // and the norm lost
+  EXPECT_EQ(audit_checks(params, source, one_shard_view("/models/dst", kept_scale))["key diff vs source"],
+            (Checks{{"tensor names", false}}));
 }
 
 // The audit finds the linears in the output's headers, not in the plan: a natively BF16
@@ -307,12 +395,7 @@ TEST(W8a8Audit, LinearsFoundInTheOutputHeaders) {
                                                                {"layers.0.attn.wkv.weight_scale", Dtype::F32, {64, 1}}});
   RecipeParams params;
   params.ignore = {"attn.wq_a", "attn.wkv", "attn.indexer.weights_proj"};
-  std::map<std::string, std::vector<std::pair<std::string, bool>>> checks; // category -> (what, ok)
-  const AuditCheck check = [&](const std::string& category, bool ok, const std::string& what, const std::string&) {
-    checks[category].emplace_back(what, ok);
-  };
-  W8a8Int8Recipe().audit(RecipePlan{}, params, CheckpointView{}, output, check);
-  using Checks = std::vector<std::pair<std::string, bool>>;
+  auto checks = audit_checks(params, CheckpointView{}, output);
   EXPECT_EQ(checks["ignore-matched linears BF16"], (Checks{{"layers.0.attn.wq_a.weight", true},
                                                           {"layers.0.attn.indexer.weights_proj.weight", true},
                                                           {"layers.0.attn.wkv.weight", false}}));

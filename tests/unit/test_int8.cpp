@@ -423,6 +423,19 @@ bool encode(const Task& task, uint64_t first, uint64_t rows, std::span<const uin
   return encode_chunk(chunk, context, out, nullptr);
 }
 
+// The StageError encoding the chunk throws, or "" (and a test failure) if it encodes.
+std::string encode_error(const Task& task, uint64_t first, uint64_t rows, std::span<const uint8_t> codes,
+                         std::span<const uint8_t> scales) {
+  EncodedChunk out;
+  try {
+    encode(task, first, rows, codes, scales, out);
+  } catch (const StageError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << codec_name(task.codec) << ": the chunk was encoded";
+  return "";
+}
+
 // The spans of an FP8 linear that chunk rows [first, first + rows) read.
 struct Fp8ChunkSpans {
   std::span<const uint8_t> codes, scales;
@@ -624,6 +637,32 @@ TEST(Int8Codec, NanInputNamesTensorRowColumn) {
     FAIL() << "a NaN scale was accepted";
   } catch (const StageError& e) {
     EXPECT_NE(std::string(e.what()).find("layers.0.attn.wq_b.scale: row 2 column 1"), std::string::npos) << e.what();
+  }
+}
+
+// A code times its scale past fp32's range (448 x 2^123) is refused, INT8 or BF16, naming
+// tensor, row, column and scale byte: it was written as an infinite weight_scale over zero
+// codes (or an infinite BF16), with the run reporting success.
+TEST(Int8Codec, ValuePastFp32RangeRefused) {
+  Fp8Linear l = random_fp8_linear(96, 64, 10);
+  for (size_t r = 32; r < 64; ++r) std::fill_n(l.codes.begin() + ptrdiff_t(r * 64), 32, uint8_t(0));
+  l.scales[size_t(1) * 2 + 0] = 250;     // scale row 1 (weight rows 32..63), column block 0: 2^123
+  l.codes[size_t(40) * 64 + 3] = 0x7E;   // 448
+  for (const CodecKind codec : {CodecKind::fp8_to_int8, CodecKind::fp8_to_bf16}) {
+    const Task task = int8_task(codec, 96, 64, true);
+    const auto spans = fp8_spans(task, l, 32, 64);
+    EXPECT_THAT(encode_error(task, 32, 64, spans.codes, spans.scales),
+                ::testing::HasSubstr("layers.0.attn.wq_b.weight: row 40 column 3: decodes to inf "
+                                     "(E8M0 scale byte 250 of 'layers.0.attn.wq_b.scale')"));
+  }
+  // An FP4 expert: 6 x 2^127 (scale byte 254) at row 2 column 37 (its second block).
+  Fp4Expert e{4, 64, std::vector<uint8_t>(4 * 32, 0), std::vector<uint8_t>(4 * 2, 127)};
+  e.scales[2 * 2 + 1] = 254;
+  e.packed[2 * 32 + 37 / 2] = uint8_t(0x7 << 4); // odd column: the high nibble; E2M1 code 7 is 6
+  for (const CodecKind codec : {CodecKind::fp4_to_int8, CodecKind::fp4_to_bf16}) {
+    EXPECT_THAT(encode_error(int8_task(codec, 4, 64, false), 0, 4, e.packed, e.scales),
+                ::testing::HasSubstr("layers.0.ffn.experts.0.w1.weight: row 2 column 37: decodes to inf "
+                                     "(E8M0 scale byte 254 of 'layers.0.ffn.experts.0.w1.scale')"));
   }
 }
 
