@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -291,17 +292,45 @@ void for_each_row_batch(const Plan& plan, const Task& task, AuditReaders& reader
   }
 }
 
-// A transcoded expert: every element bit-exact against the source.
-void verify_transcode(const Plan& plan, const Task& task, AuditReaders& readers, Audit& audit) {
-  const float weight_scale_2 = read_f32_scalar(readers.output_of(plan, task), task.name + ".weight_scale_2");
+// A transcoded expert's global scale as stored, and the largest E8M0 byte of its source.
+struct ExpertGlobalScale {
+  std::string tensor; // its weight_scale_2
+  float stored = 0;
+  uint8_t source_emax = 0;
+};
+
+// A transcoded expert: every element bit-exact against the source (at the global scale it
+// stores; whether that scale is the rule's is checked per group, check_expert_global_scales).
+ExpertGlobalScale verify_transcode(const Plan& plan, const Task& task, AuditReaders& readers, Audit& audit) {
+  ExpertGlobalScale global{task.name + ".weight_scale_2"};
+  global.stored = read_f32_scalar(readers.output_of(plan, task), global.tensor);
   VerifyCounts counts;
   for_each_row_batch(plan, task, readers, [&](uint64_t first, uint64_t rows, const auto& source_codes, const auto& source_scales,
                                      const auto& codes, const auto& scales) {
-    verify_transcode_rows(source_codes.data(), source_scales.data(), codes.data(), scales.data(), weight_scale_2, first,
+    global.source_emax = std::max(global.source_emax, e8m0_max_of(source_scales.data(), source_scales.size()));
+    verify_transcode_rows(source_codes.data(), source_scales.data(), codes.data(), scales.data(), global.stored, first,
                           rows, task.cols, task.outputs[0].name, counts);
   });
   audit.check("experts bit-exact", counts.elements_out_of_bound == 0, task.outputs[0].name,
               fmt::format("{} elements differ from the source; first: {}", counts.elements_out_of_bound, counts.first_problem));
+  return global;
+}
+
+// Each scale group (w1 and w3 of an expert together, w2 alone) stores one global scale,
+// 2^(emax - 135) of the group's largest source E8M0 byte: the bit-exact check alone would
+// pass w1 and w3 at different scales with their block scales moved to match, which a
+// loader's fused w13 cannot use.
+void check_expert_global_scales(const std::map<size_t, std::vector<ExpertGlobalScale>>& groups, Audit& audit) {
+  for (const auto& [group, members] : groups) {
+    uint8_t emax = 0;
+    for (const auto& member : members) emax = std::max(emax, member.source_emax);
+    const float expected = nvfp4_global_scale_from_e8m0_max(emax);
+    for (const auto& member : members) {
+      audit.check("expert global scales 2^(emax - 135)",
+                  std::bit_cast<uint32_t>(member.stored) == std::bit_cast<uint32_t>(expected), member.tensor,
+                  fmt::format("is {} but its group's largest source scale byte {} gives {}", member.stored, emax, expected));
+    }
+  }
 }
 
 // An Engram MXFP4 table: the quantizer's bytes, and its cosine against the FP8 source.
@@ -379,6 +408,7 @@ void verify_tasks(const Plan& plan, const nlohmann::ordered_json& report, AuditR
   const bool round_to_nearest = plan.job.method == "rtn" || plan.job.method == "mse";
   const auto& report_tables = report.contains("tables") ? report["tables"] : nlohmann::ordered_json::array();
   std::vector<std::string> cosines;
+  std::map<size_t, std::vector<ExpertGlobalScale>> expert_groups;
   size_t table = 0;
   for (const Task& task : plan.tasks()) {
     if (!outputs_as_planned(plan, task, readers, audit)) continue; // its rows cannot be read as planned
@@ -392,13 +422,16 @@ void verify_tasks(const Plan& plan, const nlohmann::ordered_json& report, AuditR
       case CodecKind::engram_mxfp4:
         cosines.push_back(fmt::format("layer {} {:.4f}", task.layer, verify_mxfp4_table(plan, task, readers, audit)));
         break;
-      case CodecKind::transcode_mxfp4_nvfp4: verify_transcode(plan, task, readers, audit); break;
+      case CodecKind::transcode_mxfp4_nvfp4:
+        expert_groups[task.group].push_back(verify_transcode(plan, task, readers, audit));
+        break;
       case CodecKind::fp8_to_int8:
       case CodecKind::fp4_to_int8:
       case CodecKind::fp8_to_bf16:
       case CodecKind::fp4_to_bf16: verify_linear(plan, task, readers, audit); break;
     }
   }
+  check_expert_global_scales(expert_groups, audit);
   if (!cosines.empty()) audit.note("engram cosine", fmt::format("{} (min {})", fmt::join(cosines, ", "), plan.job.engram_min_cosine));
 }
 

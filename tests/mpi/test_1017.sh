@@ -3,8 +3,10 @@
 #  1. -np 1, -np 4 and -np 4 with write_mode direct give the same bytes, with chunks small
 #     enough that an expert's rows span several chunks (its w1+w3 reduction crosses chunks
 #     and ranks);
-#  2. `shardq verify` passes (experts bit-exact, Engram bytes and cosine, index closed,
-#     layout equal to the reference) and prints its table;
+#  2. `shardq verify` passes (experts bit-exact, their global scales the rule's and w1's
+#     and w3's one, Engram bytes and cosine, index closed, layout equal to the reference)
+#     and prints its table; it fails a w1 at twice its group's global scale with its block
+#     scales halved to match (still bit-exact);
 #  3. the Engram MXFP4 tables equal the reference's (NVIDIA's rule) byte for byte;
 #  4. keep_mtp = false re-encodes the MTP experts too, and verify still passes.
 # shellcheck source=../resume/lib.sh
@@ -27,6 +29,21 @@ echo "same bytes on 1 and 4 ranks, owner and direct writes"
 grep -Eq '^experts bit-exact +384 +0' "$WORK/verify.log" || { cat "$WORK/verify.log"; fail "verify did not check the 384 experts"; }
 grep -Eq '^layout equal to the reference +[0-9]+ +0' "$WORK/verify.log" || { cat "$WORK/verify.log"; fail "no layout check"; }
 cat "$WORK/verify.log"
+grep -Eq '^expert global scales 2\^\(emax - 135\) +384 +0' "$WORK/verify.log" ||
+  fail "verify did not check the 384 experts' global scales"
+
+# Doctored: one w1 at twice its global scale, its block scales halved to match, so every
+# element is still bit-exact; its w3 keeps the shared scale. Verify must fail it.
+copy_of np1 doctored
+edit_tensor "$WORK/doctored" layers.2.ffn.experts.3.w1.weight_scale_2 f32mul=0:2
+edit_tensor "$WORK/doctored" layers.2.ffn.experts.3.w1.weight_scale e4m3mul=0.5
+if "$SHARDQ_BIN" verify --src "$WORK/src" --dst "$WORK/doctored" >"$WORK/verify-doctored.log"; then
+  fail "verify passed w1 and w3 at different global scales"
+fi
+grep -Eq '^experts bit-exact +384 +0' "$WORK/verify-doctored.log" || fail "the doctoring changed an element's value"
+grep -q '^FAIL  layers.2.ffn.experts.3.w1.weight_scale_2: is .* but its group' "$WORK/verify-doctored.log" ||
+  { cat "$WORK/verify-doctored.log"; fail "verify did not name the doctored global scale"; }
+echo "verify fails a w1 whose global scale is not its group's: $(grep '^FAIL' "$WORK/verify-doctored.log")"
 
 python3 - "$WORK/ref" "$WORK/np1" <<'PY'
 import json, struct, sys

@@ -6,7 +6,11 @@ shards stay as they are. EDIT is one of:
   shape=A,B       its shape changed (the same byte count);
   byte=INDEX:XOR  byte INDEX of its data xor'ed with XOR;
   code=ROW,COL    the I8 code at [ROW, COL] moved two steps (toward zero if |q| > 100);
-  f32=INDEX:BITS  F32 element INDEX given the bit pattern BITS.
+  f32=INDEX:BITS  F32 element INDEX given the bit pattern BITS;
+  f32mul=INDEX:F  F32 element INDEX multiplied by F (in fp32);
+  e4m3mul=F       every non-zero E4M3 byte (U8/F8_E4M3) replaced by the code of F times its
+                  value, which must be an E4M3 value exactly (e.g. F = 0.5 on power-of-two
+                  block scales).
 Prints what it did.
 """
 
@@ -36,12 +40,34 @@ def dropped(header, data, tensor):
     return shard_bytes(out_header, out_data)
 
 
+def e4m3_value(code):
+    """The magnitude of E4M3 code 0..0x7E (bias 7, 3 mantissa bits, subnormals below 8)."""
+    exponent, mantissa = code >> 3, code & 7
+    return mantissa * 2.0 ** -9 if exponent == 0 else (1 + mantissa / 8) * 2.0 ** (exponent - 7)
+
+
 def edit_data(raw, base, entry, tensor, kind, arg):
     """Edits the tensor's data (starting at raw[base]) in place; returns what it did."""
     if kind == "f32":
         at, bits = (int(v, 0) for v in arg.split(":"))
         raw[base + 4 * at:base + 4 * at + 4] = struct.pack("<I", bits)
         return f"{tensor}: element {at} = bits 0x{bits:08X}"
+    if kind == "f32mul":
+        at, factor = arg.split(":")
+        at = int(at)
+        (value,) = struct.unpack("<f", raw[base + 4 * at:base + 4 * at + 4])
+        new = struct.unpack("<f", struct.pack("<f", value * float(factor)))[0]
+        raw[base + 4 * at:base + 4 * at + 4] = struct.pack("<f", new)
+        return f"{tensor}: element {at} {value} -> {new}"
+    if kind == "e4m3mul":
+        codes = {e4m3_value(c): c for c in range(0x7F)}
+        begin, end = entry["data_offsets"]
+        for at in range(base, base + end - begin):
+            if raw[at] & 0x7F:
+                target = e4m3_value(raw[at] & 0x7F) * float(arg)
+                assert target in codes, (tensor, raw[at], target)
+                raw[at] = (raw[at] & 0x80) | codes[target]
+        return f"{tensor}: every non-zero E4M3 value times {arg}"
     if kind == "byte":
         at, xor = (int(v, 0) for v in arg.split(":"))
         raw[base + at] ^= xor
