@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <regex>
 
 #include "kernels/formats.h"
@@ -107,6 +108,37 @@ float reference_scalar(const RecipeInputs& inputs, const std::string& name) {
     throw StageError(fmt::format("{}: reference tensor '{}' is {}; a positive scale was expected", reference.dir.string(), name, value));
   }
   return value;
+}
+
+// Keys of config.json that the product may find different in the reference: its format
+// (quantization_config, the Engram table keys this recipe sets anyway) and who wrote it.
+bool format_or_provenance_key(std::string_view key) {
+  return key == "quantization_config" || key.starts_with("engram_embed_") || key == "transformers_version" ||
+         key == "_name_or_path";
+}
+
+// The output's config.json is the reference's (the card: "taken verbatim"), which is right
+// only where the source has the same architecture: every other key at every depth equal.
+void check_same_architecture(const nlohmann::ordered_json& source, const nlohmann::ordered_json& reference,
+                             const CheckpointView& source_view, const CheckpointView& reference_view,
+                             const std::string& path = "") {
+  std::set<std::string> keys;
+  for (const auto& [key, value] : source.items()) keys.insert(key);
+  for (const auto& [key, value] : reference.items()) keys.insert(key);
+  for (const std::string& key : keys) {
+    if (format_or_provenance_key(key)) continue;
+    const std::string at = path.empty() ? key : path + "." + key;
+    const bool in_source = source.contains(key), in_reference = reference.contains(key);
+    if (in_source && in_reference && source[key].is_object() && reference[key].is_object()) {
+      check_same_architecture(source[key], reference[key], source_view, reference_view, at);
+      continue;
+    }
+    if (in_source && in_reference && source[key] == reference[key]) continue;
+    throw StageError(fmt::format("{}/config.json: '{}' is {} where the reference's ({}/config.json) is {}: the output "
+                                 "takes the reference's config.json, which holds only for the same architecture",
+                                 source_view.dir.string(), at, in_source ? source[key].dump() : "absent",
+                                 reference_view.dir.string(), in_reference ? reference[key].dump() : "absent"));
+  }
 }
 
 // Every output tensor (changed shards as planned, others as they are) against the
@@ -242,6 +274,7 @@ RecipePlan Nvfp4_1017Recipe::plan(const RecipeInputs& inputs) const {
   plan_changed_shards(
       source, shards, [&](const SourceTensor& t, std::vector<ShardEntry>& entries) { return planner.replace(t, entries); }, plan);
   check_reference_layout(plan, source, reference, inputs.params.keep_mtp);
+  check_same_architecture(source.config, reference.config, source, reference);
   plan.config = reference.config;
   auto& text_config = plan.config.contains("text_config") ? plan.config["text_config"] : plan.config;
   text_config["engram_embed_quant"] = "mxfp4";

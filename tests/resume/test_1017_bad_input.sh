@@ -5,6 +5,7 @@
 #  2. a reference of another layout (a tensor of another shape; a tensor missing);
 #  3. a source expert whose .scale shape does not match its weight;
 #  4. no reference at all (quant.input_scales_from unset);
+#  5. a source config.json of another architecture than the reference's;
 # and a source the transcode cannot represent exactly (a block 18 binades below its
 # expert's largest, codes not zero): the run completes, the report counts the block under
 # its tensor, and `verify` fails naming that tensor.
@@ -50,6 +51,19 @@ expect_refusal source-scale-shape "layers.2.ffn.experts.3.w1.scale" \
   --src "$WORK/src-scale" --set "quant.input_scales_from=\"$WORK/ref\""
 
 expect_refusal no-reference "quant.input_scales_from" --src "$WORK/src" --set 'quant.input_scales_from=""'
+
+# A source config.json of another architecture than the reference's (the output would take
+# the reference's): one key changed. Its file is replaced, not written
+# through (the copy is of hard links).
+copy_of src src-config
+python3 - "$WORK/src-config/config.json" <<'PY'
+import json, os, sys
+config = json.load(open(sys.argv[1]))
+(config if "num_experts_per_tok" in config else config["text_config"])["num_experts_per_tok"] += 1
+os.unlink(sys.argv[1])
+json.dump(config, open(sys.argv[1], "w"), indent=2)
+PY
+expect_refusal source-config "num_experts_per_tok' is" --src "$WORK/src-config" --set "quant.input_scales_from=\"$WORK/ref\""
 # Block 0 of row 0 of one w1 scaled 2^-18 below the largest E8M0 byte of its w1 + w3.
 copy_of src src-inexact
 python3 - "$WORK/src-inexact" layers.4.ffn.experts.2 <<'PY'
