@@ -90,6 +90,45 @@ std::optional<LoadResult> load_checkpoint(const fs::path& path) {
                       "); use --fresh to start over");
 }
 
+namespace {
+
+// Where two "k=v;k=v;..." field values (the job's keys) differ: the first key, in the
+// checkpoint's order, whose value differs or that only one of them has; the whole values
+// when they are not such lists.
+std::string field_difference(const std::string& then, const std::string& now) {
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  const auto pairs = [](const std::string& text) -> std::optional<Pairs> {
+    Pairs out;
+    for (size_t begin = 0; begin <= text.size();) {
+      const size_t end = std::min(text.find(';', begin), text.size());
+      const std::string part = text.substr(begin, end - begin);
+      const size_t eq = part.find('=');
+      if (eq == std::string::npos) return std::nullopt;
+      out.emplace_back(part.substr(0, eq), part.substr(eq + 1));
+      begin = end + 1;
+    }
+    return out;
+  };
+  const auto value_of = [](const Pairs& list, const std::string& key) -> std::optional<std::string> {
+    for (const auto& [k, v] : list)
+      if (k == key) return v;
+    return std::nullopt;
+  };
+  const auto a = pairs(then), b = pairs(now);
+  if (a && b) {
+    for (const auto& [key, value] : *a) {
+      const auto other = value_of(*b, key);
+      if (other != value) return "key '" + key + "' is " + value + " in the checkpoint but " + other.value_or("absent") + " now";
+    }
+    for (const auto& [key, value] : *b) {
+      if (!value_of(*a, key)) return "key '" + key + "' is absent in the checkpoint but " + value + " now";
+    }
+  }
+  return "is " + then + " in the checkpoint but " + now + " now";
+}
+
+} // namespace
+
 std::string fingerprint_mismatch(const CheckpointState& stored,
                                  const std::vector<std::pair<std::string, std::string>>& current) {
   const auto value_in = [](const std::vector<std::pair<std::string, std::string>>& fields,
@@ -102,7 +141,7 @@ std::string fingerprint_mismatch(const CheckpointState& stored,
   for (const auto& [field, now] : current) {
     const auto then = value_in(stored.fingerprint, field);
     if (!then) return prefix + field + "' is missing in the checkpoint but " + now + " now";
-    if (*then != now) return prefix + field + "' is " + *then + " in the checkpoint but " + now + " now";
+    if (*then != now) return prefix + field + "': " + field_difference(*then, now);
   }
   for (const auto& [field, then] : stored.fingerprint)
     if (!value_in(current, field)) return prefix + field + "' is " + then + " in the checkpoint but missing now";

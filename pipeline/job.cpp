@@ -44,7 +44,11 @@ void apply_override(toml::table& root, const std::string& assignment) {
   const std::string key = assignment.substr(dot + 1, eq - dot - 1);
   const std::string text = assignment.substr(eq + 1);
   if (!root.contains(section)) root.insert(section, toml::table{});
-  auto& table = *root[section].as_table();
+  auto* table_node = root[section].as_table();
+  if (!table_node) {
+    throw PipelineError(fmt::format("--set '{}': '{}' in the job file is a value, not a [section]", assignment, section));
+  }
+  auto& table = *table_node;
   try {
     auto parsed = toml::parse("v = " + text);
     table.insert_or_assign(key, *parsed.get("v"));

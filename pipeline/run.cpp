@@ -79,7 +79,11 @@ void link_file(const std::filesystem::path& from, const std::filesystem::path& t
   }
   std::filesystem::create_directories(to.parent_path());
   std::filesystem::create_hard_link(target, to, error);
-  if (error) std::filesystem::create_symlink(target, to);
+  if (!error) return;
+  // Another file system (EXDEV), or hard links not allowed here (protected_hardlinks on a
+  // shared folder): the output then depends on the source staying where it is.
+  spdlog::warn("{}: not hard-linked ({}); a symlink to {} instead", to.string(), error.message(), target.string());
+  std::filesystem::create_symlink(target, to);
 }
 
 void link_unchanged(const Plan& plan) {
@@ -224,7 +228,10 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   }
   if (!args.force && output_complete(plan, loaded)) {
     if (!loaded || !mismatch.empty()) {
-      throw PipelineError(fmt::format("{}: holds a complete output already; pass --force to overwrite it", plan.dst.string()));
+      const std::string why = loaded ? fmt::format(" of another job ({} {})", checkpoint_path.string(), mismatch)
+                                     : fmt::format(" (no checkpoint at {} says whose)", checkpoint_path.string());
+      throw PipelineError(fmt::format("{}: holds a complete output already{}; pass --force to overwrite it",
+                                      plan.dst.string(), why));
     }
     spdlog::info("{}: complete already (checkpoint {} records every step); nothing to do (--force redoes it)",
                  plan.dst.string(), checkpoint_path.string());

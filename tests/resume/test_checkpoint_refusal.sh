@@ -47,7 +47,7 @@ grep -q 'DATASET "state"' "$WORK/h5dump.txt" || fail "h5dump shows no chunk stat
 rc=0
 run_shardq 0 "$WORK/method.log" "$JOB" "${COMMON[@]}" --set quant.method=mse --dst "$DST" || rc=$?
 ((rc != 0)) || fail "a checkpoint of method rtn was resumed by method mse"
-expect_refusal "$WORK/method.log" "another job" "field 'job'" "method=rtn" "method=mse" "--fresh"
+expect_refusal "$WORK/method.log" "another job" "field 'job': key 'method' is rtn in the checkpoint but mse now" "--fresh"
 
 # Every key that decides bytes is in the fingerprint, the recipe keys too.
 for change in "quant.keep_mtp=false" 'quant.ignore=["attn.wq_a"]' "quant.input_scales_from=\"$WORK/src\""; do
@@ -55,7 +55,7 @@ for change in "quant.keep_mtp=false" 'quant.ignore=["attn.wq_a"]' "quant.input_s
   run_shardq 0 "$WORK/key.log" "$JOB" "${COMMON[@]}" "${RTN[@]}" --set "$change" --dst "$DST" || rc=$?
   ((rc != 0)) || fail "a checkpoint was resumed with $change"
   key=${change%%=*}
-  expect_refusal "$WORK/key.log" "another job" "field 'job'" "${key#quant.}=" "--fresh"
+  expect_refusal "$WORK/key.log" "another job" "field 'job': key '${key#quant.}' is" "--fresh"
 done
 
 cp -r "$WORK/src" "$WORK/src2"

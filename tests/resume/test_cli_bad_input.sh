@@ -8,6 +8,7 @@
 #  with `../` (a real file outside the folder), an absolute shard path (a real file), and a
 #  shard that does not exist: the error line names the index (and the shard), no output
 #  index is written in dst.
+# `shardq run --set section.key=v` where the job file holds `section` as a plain value.
 # Each command's whole output (stdout and stderr) must be that one `shardq: error:` line.
 # Env: SHARDQ_BIN, SHARDQ_SOURCE_DIR. Exit 77 (skip) without SHARDQ_BIN.
 # shellcheck source-path=SCRIPTDIR source=counting_lib.sh
@@ -107,6 +108,17 @@ PY
 check_run escape "../src/$first_shard" "'../src/$first_shard'" "contains '/'" "plain file names"
 check_run absolute "$work/src/$first_shard" "'$work/src/$first_shard' is an absolute path"
 check_run missing model-00099-of-00099.safetensors "shard 'model-00099-of-00099.safetensors'" "is missing"
+
+# --set into a section the job file holds as a plain value (it crashed, rc 139).
+printf 'run = 5\n[job]\nrecipe = "w8a8-int8"\n' >"$work/value-section.toml"
+if "$SHARDQ_BIN" run "$work/value-section.toml" --src "$work/src" --dst "$work/out-value" --set run.threads=2 \
+  >"$work/value-section.log" 2>&1; then
+  fail "set-into-value: the run succeeded"
+else
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "set-into-value: exit $rc, 1 expected"
+  check_error_line set-into-value "$work/value-section.log" "--set 'run.threads=2'" "'run' in the job file is a value"
+fi
 
 [ "$failures" -eq 0 ] || { echo "test_cli_bad_input: $failures failures"; exit 1; }
 echo "test_cli_bad_input: all passed"

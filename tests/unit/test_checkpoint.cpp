@@ -330,6 +330,18 @@ TEST_F(CheckpointTest, FingerprintMismatchNamesTheField) {
   EXPECT_NE(message.find("9f3a1c2b4d5e6f70"), std::string::npos) << message;
   EXPECT_NE(message.find("3a00000000000000"), std::string::npos) << message;
 
+  // A field of job keys names the key that differs.
+  CheckpointState keys = stored;
+  keys.fingerprint = {{"job", "recipe=w8a8-int8;method=rtn;rows_per_chunk=2048"}};
+  EXPECT_EQ(fingerprint_mismatch(keys, {{"job", "recipe=w8a8-int8;method=rtn;rows_per_chunk=4096"}}),
+            "checkpoint belongs to another job: field 'job': key 'rows_per_chunk' is 2048 in the checkpoint but 4096 now");
+  EXPECT_EQ(fingerprint_mismatch(keys, {{"job", "recipe=w8a8-int8;method=mse;mse_candidates=8;rows_per_chunk=2048"}}),
+            "checkpoint belongs to another job: field 'job': key 'method' is rtn in the checkpoint but mse now");
+  EXPECT_EQ(fingerprint_mismatch(keys, {{"job", "recipe=w8a8-int8;method=rtn"}}),
+            "checkpoint belongs to another job: field 'job': key 'rows_per_chunk' is 2048 in the checkpoint but absent now");
+  EXPECT_EQ(fingerprint_mismatch(keys, {{"job", "recipe=w8a8-int8;method=rtn;rows_per_chunk=2048;threads=2"}}),
+            "checkpoint belongs to another job: field 'job': key 'threads' is absent in the checkpoint but 2 now");
+
   auto fewer = stored.fingerprint;
   fewer.pop_back();
   EXPECT_NE(fingerprint_mismatch(stored, fewer).find("'dst'"), std::string::npos);
