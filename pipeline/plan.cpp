@@ -63,11 +63,44 @@ std::string headers_digest(const io::ShardReaders& readers, const std::vector<st
   return hex_digest(text);
 }
 
+// Bytes of each source shard's data for the fingerprint: kSamplePieces pieces spread evenly
+// over its data (all of it when smaller), hashed with the shard's name. The headers alone
+// pass a source whose bytes changed under the same names (a revised checkpoint downloaded
+// into the same folder, a stale node-local copy on one rank); the pieces catch a shard
+// rewritten throughout at a cost of ~0.5 MB read a shard. A change to a few tensors of a
+// shard may fall between them: `verify` reads everything.
+constexpr uint64_t kSamplePieces = 8;
+constexpr uint64_t kSampleBytes = 64 << 10;
+
+std::string source_sample_digest(const io::ShardReaders& readers, const std::vector<std::string>& files) {
+  std::vector<std::string> shard_digests(files.size());
+  parallel_for(files.size(), [&](size_t s) {
+    const io::Reader& reader = readers.opened(files[s]);
+    const uint64_t size = reader.file_size() - reader.data_offset();
+    std::vector<uint8_t> bytes;
+    if (size <= kSamplePieces * kSampleBytes) {
+      bytes.resize(size);
+      reader.read_bytes(0, bytes);
+    } else {
+      bytes.resize(kSamplePieces * kSampleBytes);
+      const uint64_t stride = (size - kSampleBytes) / (kSamplePieces - 1); // first piece at 0, last at the end
+      for (uint64_t k = 0; k < kSamplePieces; ++k) {
+        reader.read_bytes(k * stride, std::span<uint8_t>(bytes).subspan(k * kSampleBytes, kSampleBytes));
+      }
+    }
+    shard_digests[s] = files[s] + ':' + hex_digest(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  });
+  std::string text;
+  for (const auto& digest : shard_digests) text += digest + ';';
+  return hex_digest(text);
+}
+
 std::vector<std::pair<std::string, std::string>> make_fingerprint(const Plan& plan, std::string headers_digest) {
   std::vector<std::pair<std::string, std::string>> fingerprint = {
       {"tool_version", SHARDQ_VERSION},
       {"job", plan.job.canonical()},
       {"source_headers", std::move(headers_digest)},
+      {"source_sample", source_sample_digest(*plan.source_readers, plan.source.shard_files)},
       {"src", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.src)).string()},
       // A checkpoint kept elsewhere (--checkpoint) must not resume into another output.
       {"dst", std::filesystem::weakly_canonical(std::filesystem::absolute(plan.dst)).string()}};

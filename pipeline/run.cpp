@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -263,6 +264,46 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   return state;
 }
 
+// Each rank plans from its own view of src (a node-local copy on each Spark): the plans must
+// be of the same job, tool and source bytes, or their chunks would not fit together. Rank 0
+// compares each rank's fingerprint with its own, field by field (the paths aside: a copy
+// may lie at another path on its node), and returns the first difference, or "".
+std::string fingerprint_difference_across_ranks(const Link& link, const Plan& plan) {
+  constexpr size_t kMaxFields = 32;
+  struct Entry {
+    uint32_t fields = 0;
+    uint64_t hash[kMaxFields] = {};
+    char host[64] = {};
+  } mine;
+  for (const auto& [field, value] : plan.fingerprint) {
+    if (field == "src" || field == "dst") continue;
+    const std::string text = field + '=' + value;
+    const size_t slot = std::min<size_t>(mine.fields++, kMaxFields - 1); // more fields share the last slot
+    mine.hash[slot] ^= XXH3_64bits(text.data(), text.size());
+  }
+  const std::string host = link.host_name();
+  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
+  const std::vector<Entry> entries = link.gather(mine);
+  for (size_t rank = 1; rank < entries.size(); ++rank) {
+    const Entry& other = entries[rank];
+    if (other.fields != mine.fields) {
+      return fmt::format("rank {} ({}) planned {} fingerprint fields, rank 0 ({}) {}: another shardq?", rank, other.host,
+                         other.fields, mine.host, mine.fields);
+    }
+    size_t slot = 0;
+    for (const auto& [field, value] : plan.fingerprint) {
+      if (field == "src" || field == "dst") continue;
+      if (slot < kMaxFields && other.hash[slot] != mine.hash[slot]) {
+        return fmt::format("rank {} ({}) planned another '{}' than rank 0 ({}: {}): the ranks must run the same shardq "
+                           "on the same job and source bytes (a node-local copy that differs?)",
+                           rank, other.host, field, mine.host, value);
+      }
+      ++slot;
+    }
+  }
+  return "";
+}
+
 // Rank 0 gets every rank's host name and thread count; the others an empty list.
 std::vector<RankInfo> gather_rank_info(const Link& link, int threads) {
   struct Entry {
@@ -463,8 +504,10 @@ int run_job(const RunArgs& args) {
   enum Setup : int { kSetupReady, kSetupFailed, kSetupComplete };
   int setup = kSetupReady;
   std::string setup_error;
+  const std::string rank_difference = fingerprint_difference_across_ranks(link, plan);
   if (link.rank() == 0) {
     try {
+      if (!rank_difference.empty()) throw PipelineError(rank_difference);
       check_dst_apart_from_src(job.src, job.dst);
       lock.emplace(job.dst, checkpoint_path);
       state = prepare_rank0(plan, args, checkpoint_path, outputs);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Which checkpoints a run accepts (docs/checkpoint.md "Fingerprint and resume rules",
 # "Atomic saves"):
-#   - one of another job (other method, other source) is refused, naming the field;
+#   - one of another job (other method, other source, other source bytes under the same
+#     headers) is refused, naming the field;
 #   - a truncated or bit-flipped newest generation falls back to .prev and says so, as
 #     does a missing newest one; the resumed output is still the uninterrupted bytes;
 #   - resumed from a generation older than a shard's rename (chunks pending), the shard
@@ -64,6 +65,26 @@ run_shardq 0 "$WORK/source.log" "$JOB" --src "$WORK/src2" --set run.rows_per_chu
 ((rc != 0)) || fail "a checkpoint of source $WORK/src was resumed from $WORK/src2"
 expect_refusal "$WORK/source.log" "another job" "field 'src'" "$WORK/src2"
 rm -rf "$WORK/src2"
+
+# The same source folder, its shards rewritten with other bytes under the same headers (a
+# revised checkpoint downloaded over it): the headers agree, the sampled bytes do not.
+mv "$WORK/src" "$WORK/src-before"
+"$SHARDQ_BIN" fixture --preset dsv41-mini --out "$WORK/src" --engram-vocab 600 --seed 7 >/dev/null
+python3 - "$WORK/src" "$WORK/src-before" <<'PY' || fail "the seed-7 fixture's headers differ: not a same-headers test"
+import glob, os, struct, sys
+def header(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return f.read(n)
+for shard in glob.glob(f"{sys.argv[1]}/*.safetensors"):
+    assert header(shard) == header(f"{sys.argv[2]}/{os.path.basename(shard)}"), shard
+PY
+rc=0
+run_shardq 0 "$WORK/bytes.log" "${ARGS[@]}" || rc=$?
+((rc != 0)) || fail "a checkpoint was resumed over source shards with other bytes"
+expect_refusal "$WORK/bytes.log" "another job" "field 'source_sample'" "--fresh"
+rm -rf "$WORK/src"
+mv "$WORK/src-before" "$WORK/src"
 
 # Truncated newest generation: falls back to .prev, sets the bad file aside (so .prev
 # survives the next saves) and is killed again after two saves of its own.

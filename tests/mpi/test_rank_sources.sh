@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Ranks that plan from different source bytes (a node-local copy on one Spark that differs:
+# one shard of another revision, the same headers) are refused before any work, naming the
+# rank, its host and the fingerprint field; ranks on equal copies at other paths run, and
+# give the one-copy bytes.
+# shellcheck source=../resume/lib.sh
+source "$(dirname "$0")/../resume/lib.sh"
+
+JOBINT8="$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml"
+make_fixture "$WORK/src"
+cp -r "$WORK/src" "$WORK/copy"
+"$SHARDQ_BIN" fixture --preset dsv41-mini --out "$WORK/seed7" --engram-vocab 600 --seed 7 >/dev/null
+cp -r "$WORK/src" "$WORK/stale"
+shard=$(cd "$WORK/src" && find . -name '*.safetensors' -printf '%f\n' | sort | sed -n 3p)
+cp "$WORK/seed7/$shard" "$WORK/stale/$shard" # other bytes under the same header
+cmp -s "$WORK/src/$shard" "$WORK/stale/$shard" && fail "the stale copy's $shard is the source's"
+
+# mpmd SRC0 SRC1 DST LOG: rank 0 reads SRC0, rank 1 SRC1.
+mpmd() {
+  mpirun -np 1 "$SHARDQ_BIN" run "$JOBINT8" --src "$1" --dst "$3" : -np 1 "$SHARDQ_BIN" run "$JOBINT8" --src "$2" --dst "$3" \
+    >"$4" 2>&1
+}
+
+run_shardq 0 "$WORK/one.log" "$JOBINT8" --src "$WORK/src" --dst "$WORK/one" || fail "one rank: $(tail -3 "$WORK/one.log")"
+mpmd "$WORK/src" "$WORK/copy" "$WORK/two" "$WORK/two.log" || fail "two ranks on equal copies: $(tail -3 "$WORK/two.log")"
+same_output "$WORK/one" "$WORK/two"
+echo "two ranks on equal copies at other paths: the one-rank bytes"
+
+rc=0
+mpmd "$WORK/src" "$WORK/stale" "$WORK/stale-out" "$WORK/stale.log" || rc=$?
+((rc != 0)) || fail "two ranks on different source bytes ran"
+grep -q "^shardq: error: rank 1 (.*) planned another 'source_sample' than rank 0" "$WORK/stale.log" ||
+  fail "the refusal does not name rank 1 and the field: $(grep -m3 'error' "$WORK/stale.log")"
+[[ ! -e "$WORK/stale-out/model.safetensors.index.json" ]] || fail "the refused run wrote an index"
+[[ -z $(find "$WORK/stale-out" -name '*.partial' 2>/dev/null) ]] || fail "the refused run started work"
+echo "PASS: $(grep -m1 '^shardq: error' "$WORK/stale.log")"
