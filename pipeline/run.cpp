@@ -140,6 +140,75 @@ void forget_damaged_chunk(const Plan& plan, const Task& task, ChunkRecord& recor
   });
 }
 
+uint64_t planned_file_size(const ShardPlan& shard) {
+  return shard.layout.data_offset + (shard.layout.tensors.empty() ? 0 : shard.layout.tensors.back().end);
+}
+
+bool has_size(const std::filesystem::path& path, uint64_t size) {
+  std::error_code error;
+  const uint64_t found = std::filesystem::file_size(path, error);
+  return !error && found == size;
+}
+
+// What the checkpoint records done must still be on disk, or it is done again: a changed
+// shard at its planned size, finished or as its .partial (else its done chunks and the
+// steps after them are forgotten: a .partial recreated empty under chunks recorded done
+// would hold zeros), and the closing files (else their step and the report's). A week's run
+// must not end "complete already" on a shard someone deleted.
+void forget_what_is_not_on_disk(const Plan& plan, CheckpointState& state) {
+  bool closing_lost = false;
+  for (const ShardPlan& shard : plan.shards) {
+    if (!shard.changed) continue;
+    const auto final_path = plan.dst / shard.file;
+    const auto partial_path = std::filesystem::path(final_path.string() + ".partial");
+    const uint64_t size = planned_file_size(shard);
+    if (has_size(final_path, size)) continue;
+    const std::string shard_step = "shard:" + shard.file;
+    if (std::erase(state.finished, shard_step) > 0) closing_lost = true;
+    if (std::filesystem::exists(final_path)) {
+      spdlog::warn("{}: not its planned size ({} bytes): made again", final_path.string(), size);
+      std::filesystem::remove(final_path);
+    }
+    if (has_size(partial_path, size)) continue;
+    uint64_t forgotten = 0;
+    for (size_t t : shard.tasks) {
+      for (ChunkRecord& record : state.tasks[t].chunks) {
+        if (record.state != kChunkDone) continue;
+        record = ChunkRecord{};
+        ++forgotten;
+      }
+    }
+    if (forgotten == 0) continue;
+    closing_lost = true;
+    spdlog::warn("{}: missing, or not its planned size, under {} chunks the checkpoint records done: they are computed "
+                 "again", shard.file, forgotten);
+  }
+  std::vector<std::pair<std::string, std::vector<std::string>>> closing = {
+      {"index", {std::string(io::kIndexFileName)}}, {"config", {kConfigFile}}};
+  for (const auto& side : plan.recipe_plan.side_files) closing[1].second.push_back(side.first);
+  for (const auto& [step, files] : closing) {
+    const bool present = std::all_of(files.begin(), files.end(), [&](const std::string& f) { return std::filesystem::exists(plan.dst / f); });
+    if (present || std::find(state.finished.begin(), state.finished.end(), step) == state.finished.end()) continue;
+    spdlog::warn("{}: {} missing: written again", plan.dst.string(), fmt::join(files, ", "));
+    std::erase(state.finished, step);
+    closing_lost = true;
+  }
+  if (closing_lost || !std::filesystem::exists(plan.dst / plan.report_file())) {
+    // The report goes first: an output holding a report holds everything else.
+    std::filesystem::remove(plan.dst / plan.report_file());
+    std::erase(state.finished, std::string("report"));
+  }
+}
+
+// Whether every file linked from the source (unchanged shards, other files) is in dst.
+bool links_present(const Plan& plan) {
+  for (const auto& shard : plan.shards) {
+    if (!shard.changed && !std::filesystem::exists(plan.dst / shard.file)) return false;
+  }
+  return std::all_of(plan.other_files.begin(), plan.other_files.end(),
+                     [&](const std::string& file) { return std::filesystem::exists(plan.dst / file); });
+}
+
 // A shard is renamed only once a save records all of its chunks; resumed from an older
 // generation (the newest lost), the checkpoint may still call some of them pending. Their
 // figures are not in it, so the shard goes back to .partial and they are computed again
@@ -224,10 +293,11 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   const std::string mismatch = loaded ? fingerprint_mismatch(loaded->state, plan.fingerprint) : "";
   // Checked before "complete already": a damaged chunk of a complete output undoes the
   // steps after it (the report among them), and the run then mends it.
+  if (loaded && mismatch.empty()) forget_what_is_not_on_disk(plan, loaded->state);
   if (loaded && mismatch.empty() && args.verify_done) {
     reopen_damaged_shards(checkpoint_path, loaded->state, verify_done_chunks(plan, loaded->state));
   }
-  if (!args.force && output_complete(plan, loaded)) {
+  if (!args.force && output_complete(plan, loaded) && (!loaded || !mismatch.empty() || links_present(plan))) {
     if (!loaded || !mismatch.empty()) {
       const std::string why = loaded ? fmt::format(" of another job ({} {})", checkpoint_path.string(), mismatch)
                                      : fmt::format(" (no checkpoint at {} says whose)", checkpoint_path.string());
