@@ -200,6 +200,28 @@ void forget_what_is_not_on_disk(const Plan& plan, CheckpointState& state) {
   }
 }
 
+// No checkpoint, but shards of an earlier run in dst: that run kept its checkpoint elsewhere
+// (--checkpoint), or lost it. Finished shards are refused (nothing records their chunks);
+// .partial files are started over, said aloud: their progress may sit in that checkpoint.
+void check_no_run_without_checkpoint(const Plan& plan, const std::filesystem::path& checkpoint_path) {
+  std::vector<std::string> finished, partial;
+  for (const ShardPlan& shard : plan.shards) {
+    if (!shard.changed) continue;
+    if (std::filesystem::exists(plan.dst / shard.file)) finished.push_back(shard.file);
+    if (std::filesystem::exists(plan.dst / (shard.file + ".partial"))) partial.push_back(shard.file + ".partial");
+  }
+  if (!finished.empty()) {
+    throw PipelineError(fmt::format("{}: holds {} finished shard(s) of an earlier run ({}) but no checkpoint at {} records "
+                                    "them: pass the --checkpoint that run used, or --fresh to start over",
+                                    plan.dst.string(), finished.size(), finished.front(), checkpoint_path.string()));
+  }
+  if (!partial.empty()) {
+    spdlog::warn("{}: no checkpoint at {}: {} .partial file(s) of an earlier run ({}) are started over; if that run "
+                 "kept its checkpoint elsewhere, stop this one and pass its --checkpoint",
+                 plan.dst.string(), checkpoint_path.string(), partial.size(), partial.front());
+  }
+}
+
 // Whether every file linked from the source (unchanged shards, other files) is in dst.
 bool links_present(const Plan& plan) {
   for (const auto& shard : plan.shards) {
@@ -309,6 +331,7 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
     return std::nullopt;
   }
   if (!mismatch.empty()) throw PipelineError(fmt::format("{}: {}; use --fresh to start over", checkpoint_path.string(), mismatch));
+  if (!loaded && !args.fresh && !args.force) check_no_run_without_checkpoint(plan, checkpoint_path);
   // Starting over: shards finalized by an earlier run must not pass for this run's, nor
   // the earlier checkpoint for this run's (it goes first: it records chunks of the files
   // about to be rewritten).

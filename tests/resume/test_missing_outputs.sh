@@ -4,7 +4,8 @@
 #  1. a finished output lost a changed shard, was cut short in another, lost a linked
 #     shard, the tokenizer, config.json and the report: rc 0, every file back;
 #  2. a run killed mid-way lost its .partial files: the done chunks in them are computed
-#     again (a .partial recreated empty under chunks recorded done would hold zeros).
+#     again (a .partial recreated empty under chunks recorded done would hold zeros);
+#  3. a run that kept its checkpoint elsewhere is not taken over by one without it.
 # The w8a8-int8 demo job: 100 tasks over four changed shards, two linked.
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -51,4 +52,19 @@ run_shardq 0 "$WORK/resume.log" "${ARGS[@]}" --dst "$WORK/mid" || fail "the resu
 grep -q "chunks the checkpoint records done: they are computed again" "$WORK/resume.log" ||
   fail "no warning for the lost .partial files"
 same_output "$WORK/ref" "$WORK/mid"
-echo "PASS: lost .partial files' done chunks are computed again, to the uninterrupted bytes"
+echo "lost .partial files' done chunks are computed again, to the uninterrupted bytes"
+
+# 3. A run that kept its checkpoint elsewhere (--checkpoint), killed after it finished a
+#    shard, then run without it: refused, naming the shard and the checkpoint looked for;
+#    with it, finished to the uninterrupted bytes.
+ELSEWHERE=(--checkpoint "$WORK/elsewhere/ck.h5")
+SHARDQ_CRASH_AT=finalize:2 run_shardq 0 "$WORK/kept.log" "${ARGS[@]}" "${ELSEWHERE[@]}" --dst "$WORK/kept" &&
+  fail "the crash did not happen"
+rc=0
+run_shardq 0 "$WORK/without.log" "${ARGS[@]}" --dst "$WORK/kept" || rc=$?
+((rc != 0)) || fail "a run without the checkpoint went on over another run's finished shard"
+grep -q "^shardq: error: .*holds 1 finished shard(s) of an earlier run .* but no checkpoint at $WORK/kept/.shardq/checkpoint.h5 records them: pass the --checkpoint" \
+  "$WORK/without.log" || fail "the refusal: $(tail -2 "$WORK/without.log")"
+run_shardq 0 "$WORK/with.log" "${ARGS[@]}" "${ELSEWHERE[@]}" --dst "$WORK/kept" || fail "the run with its checkpoint"
+same_output "$WORK/ref" "$WORK/kept"
+echo "PASS: $(grep '^shardq: error' "$WORK/without.log" | cut -c1-200)"
