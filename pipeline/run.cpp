@@ -582,6 +582,9 @@ int run_job(const RunArgs& args) {
   std::unique_ptr<const Plan> plan_owner = std::make_unique<const Plan>(make_plan(job, link.size()));
   const Plan& plan = *plan_owner;
   spdlog::debug("planned in {:.3f} s", seconds_since_start());
+  if (link.rank() == 0) {
+    for (const std::string& warning : plan.recipe_plan.warnings) spdlog::warn("{}", warning);
+  }
   const std::filesystem::path checkpoint_path = job.checkpoint_path();
   // A first run (no checkpoint yet) renders the output index on a thread of its own while
   // rank 0 prepares the outputs and saves the first checkpoint, which leave a core idle;

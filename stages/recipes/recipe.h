@@ -163,6 +163,7 @@ struct RecipePlan {
   std::vector<std::pair<std::string, std::string>> fingerprint;  // recipe keys beyond the job's
   CodecParams codec_params;
   nlohmann::ordered_json notes = nlohmann::ordered_json::object(); // plan-time report figures
+  std::vector<std::string> warnings; // for the run's log: what looks unintended but is not wrong
 };
 
 // A task's figures summed over its chunks in chunk order.

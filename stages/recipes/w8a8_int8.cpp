@@ -93,6 +93,18 @@ void refuse_unquantizable_linear(const CheckpointView& source, const SourceTenso
                           "quant.ignore to keep it as it is (BF16)");
 }
 
+// Which ignore entries matched a linear of one shard: an entry that matches nothing in the
+// whole source is most likely a typo, which would quantize the module it meant. Entries
+// already matched are not tried again.
+struct IgnoreUse {
+  std::vector<char> matched;
+  void note(std::string_view module, const std::vector<std::string>& ignore) {
+    for (size_t i = 0; i < ignore.size(); ++i) {
+      if (!matched[i] && matches_components(module, ignore[i])) matched[i] = 1;
+    }
+  }
+};
+
 uint64_t aligned(uint64_t rows, uint64_t alignment) { return std::max(alignment, rows / alignment * alignment); }
 
 // Small linears share a task (codec.h "LinearSlots"): those of at most kSmallLinearBytes
@@ -222,18 +234,23 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   // entries), then the shards' tasks are numbered in shard order, as one loop would.
   const std::vector<size_t>& starts = source.shard_starts();
   std::vector<std::vector<Task>> shard_tasks(source.shard_files.size());
+  std::vector<IgnoreUse> ignore_uses(source.shard_files.size());
   run_each(inputs.for_each, shard_tasks.size(), [&](size_t shard) {
     std::vector<Task>& tasks = shard_tasks[shard];
     // Per share key: the task small linears join, and its source bytes so far. A key's
     // first linear finds it full, and opens a task.
     std::map<ShareKey, std::pair<size_t, uint64_t>> open;
     std::string kind;
+    IgnoreUse& ignore_use = ignore_uses[shard];
+    ignore_use.matched.assign(inputs.params.ignore.size(), 0);
     for (size_t t = starts[shard]; t < starts[shard + 1]; ++t) {
       const auto linear = find_linear(source, source.tensors[t]);
       if (!linear) {
         refuse_unquantizable_linear(source, source.tensors[t], inputs.params);
+        if (const auto module = linear_weight_module(source.tensors[t].spec)) ignore_use.note(*module, inputs.params.ignore);
         continue;
       }
+      ignore_use.note(linear->module, inputs.params.ignore);
       const CodecKind codec = linear_codec(*linear, ignore_matches(linear->module, inputs.params.ignore));
       const uint64_t bytes = source_bytes(*linear);
       size_t task = tasks.size(); // a new one, unless a small linear joins its key's task
@@ -283,6 +300,14 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
   plan_changed_shards(source, shards, replace, plan, inputs.for_each);
   plan.config = source.config;
   plan.config["quantization_config"] = quantization_config(inputs.params);
+  plan.notes["ignore_unmatched"] = Json::array();
+  for (size_t i = 0; i < inputs.params.ignore.size(); ++i) {
+    const bool used = std::ranges::any_of(ignore_uses, [&](const IgnoreUse& use) { return use.matched[i] != 0; });
+    if (used) continue;
+    plan.notes["ignore_unmatched"].push_back(inputs.params.ignore[i]);
+    plan.warnings.push_back(fmt::format("quant.ignore entry '{}' matches no linear of the source (a typo? the module "
+                                        "it names is not in this model?)", inputs.params.ignore[i]));
+  }
   return plan;
 }
 
@@ -338,6 +363,7 @@ Json W8a8Int8Recipe::report(const RecipePlan& plan, const RecipeParams& params, 
                           {"rel_rms_error", fmt::format("INT8 kinds: over rows r % {} == 0 of each tensor (rel_rms_rows); "
                                                         "BF16 kinds: over every row", kInt8ReportRowStride)},
                           {"ignore", params.ignore}};
+  report["ignore_unmatched"] = plan.notes.value("ignore_unmatched", Json::array()); // entries that matched no linear
   std::map<Dtype, uint64_t> by_dtype; // output tensors by dtype (changed shards): 100K entries, a handful of dtypes
   for (const auto& [shard, entries] : plan.shards) {
     for (const auto& entry : entries) ++by_dtype[entry.spec.dtype];

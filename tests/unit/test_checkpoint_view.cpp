@@ -292,6 +292,14 @@ TEST(W8a8Plan, UnscaledLinearOutsideTheIgnoreListRefused) {
   EXPECT_EQ(copied->source, EntrySource::copy);
   EXPECT_EQ(copied->spec.dtype, Dtype::BF16);
 
+  params.ignore = {"attn.indexer.weights_proj", "attn.wo-a", "vision."}; // a typo, a module the model lacks
+  const RecipePlan warned = W8a8Int8Recipe().plan({params, view, nullptr, {}, {}});
+  ASSERT_EQ(warned.warnings.size(), 2u);
+  EXPECT_THAT(warned.warnings[0], HasSubstr("quant.ignore entry 'attn.wo-a' matches no linear"));
+  EXPECT_THAT(warned.warnings[1], HasSubstr("quant.ignore entry 'vision.' matches no linear"));
+  EXPECT_EQ(warned.notes.at("ignore_unmatched"), (nlohmann::ordered_json{"attn.wo-a", "vision."}));
+  EXPECT_TRUE(plan.warnings.empty()) << plan.warnings.front();
+
   params.ignore = {"attn.wq_a"};
   const std::string outside = plan_error(params, view);
   EXPECT_THAT(outside, HasSubstr("/models/src/model-00001-of-00001.safetensors"));
