@@ -28,6 +28,7 @@
 #include "pipeline/plan.h"
 #include "stages/amax.h"
 #include "stages/linear_rows.h"
+#include "stages/quantize.h"
 #include "stages/verify.h"
 
 namespace shardq {
@@ -116,6 +117,34 @@ bool same_file_bytes(const std::filesystem::path& a, const std::filesystem::path
   return true;
 }
 
+// rtn and mse decide every byte from the row and the global scale: the table is quantized
+// again with the job's method and compared byte for byte, so a scale of the wrong rule (a
+// candidate the search would not pick, a saturating one) fails, which the bound alone,
+// measured at the scale the output stores, would pass.
+struct Requantized {
+  QuantizeParams params;
+  Nvfp4Chunk chunk;
+  std::string first_difference;
+
+  void compare(const Fp8RowChunk& source, const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scales) {
+    if (!first_difference.empty()) return;
+    chunk.resize(source.rows, source.cols);
+    quantize_chunk_nvfp4(source, params, chunk, nullptr);
+    const uint64_t packed_row = uint64_t(source.cols) / 2, scale_row = uint64_t(source.cols) / Nvfp4::block;
+    for (uint64_t r = 0; r < source.rows; ++r) {
+      const bool same = std::equal(packed.begin() + ptrdiff_t(r * packed_row), packed.begin() + ptrdiff_t((r + 1) * packed_row),
+                                   chunk.packed.begin() + ptrdiff_t(r * packed_row)) &&
+                        std::equal(scales.begin() + ptrdiff_t(r * scale_row), scales.begin() + ptrdiff_t((r + 1) * scale_row),
+                                   chunk.scales.begin() + ptrdiff_t(r * scale_row));
+      if (!same) {
+        first_difference = fmt::format("row {}: codes or scales differ from what {} makes of the source", source.first_row + r,
+                                       quant_method_name(params.method));
+        return;
+      }
+    }
+  }
+};
+
 // An engram-nvfp4 task: global scale recomputed from the source's amax, every row within
 // the NVFP4 bound (round-to-nearest methods), the report's rel RMS error recomputed.
 void verify_engram_nvfp4(const Plan& plan, const Task& task, const nlohmann::ordered_json& report_table,
@@ -132,6 +161,9 @@ void verify_engram_nvfp4(const Plan& plan, const Task& task, const nlohmann::ord
 
   float amax = 0.0f;
   VerifyCounts counts;
+  Requantized requantized;
+  requantized.params = make_quantize_params(parse_quant_method(plan.job.method), int(plan.job.mse_candidates),
+                                            plan.job.mse_alpha_min, global_scale);
   std::vector<uint8_t> codes, scales, packed, out_scales;
   for (uint64_t first = 0; first < task.rows; first += kVerifyRows) {
     const uint64_t rows = std::min(kVerifyRows, task.rows - first);
@@ -146,6 +178,11 @@ void verify_engram_nvfp4(const Plan& plan, const Task& task, const nlohmann::ord
     const Fp8RowChunk chunk{task.inputs[0], first, rows, task.cols, codes, scales, task.inputs[1]};
     amax = std::max(amax, amax_fp8_chunk(chunk));
     verify_nvfp4_rows(chunk, packed.data(), out_scales.data(), global_scale, round_to_nearest, task.outputs[0].name, counts);
+    if (round_to_nearest) requantized.compare(chunk, packed, out_scales);
+  }
+  if (round_to_nearest) {
+    audit.check("nvfp4 table bytes as the method makes them", requantized.first_difference.empty(), task.outputs[0].name,
+                requantized.first_difference);
   }
   const float expected_global = Nvfp4::global_scale(amax);
   audit.check("nvfp4 global scales", global_scale == expected_global, global_name,
@@ -181,6 +218,11 @@ void verify_shard_entries(const ShardPlan& shard, AuditReaders& readers, Audit& 
     const io::TensorInfo* found = output.find(entry.spec.name);
     if (!found) continue; // counted by verify_index and the task's outputs
     const auto& b = *found;
+    if (entry.source != EntrySource::task_output) { // a task's outputs: outputs_as_planned
+      audit.check("tensor headers as planned", b.dtype == entry.spec.dtype && b.shape == entry.spec.shape, entry.spec.name,
+                  fmt::format("is {} {}, planned {} {}", dtype_name(b.dtype), shape_text(b.shape), dtype_name(entry.spec.dtype),
+                              shape_text(entry.spec.shape)));
+    }
     if (entry.source == EntrySource::copy) {
       const auto& a = source.tensor(entry.from);
       audit.check(entry.from.find("engram.embed") != std::string::npos ? "Engram tables identical to the source" : "copied tensors identical",

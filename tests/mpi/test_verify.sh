@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# `shardq verify` passes on a finished output (rtn and gptq-mse) and fails, naming the
-# tensor and row, when one byte of an output table or of a copied tensor is changed.
+# `shardq verify` passes on a finished output (rtn, mse and gptq-mse; rtn and mse tables
+# equal to the method's own bytes) and fails, naming the tensor and row, when one byte of
+# an output table is changed, when a row is re-quantized at twice the scales mse picks
+# (within the bound, not the method's bytes), and when the global scale's header is F32 [1].
 set -euo pipefail
 : "${SHARDQ_BIN:?}" "${SHARDQ_SOURCE_DIR:?}"
 work=$(mktemp -d)
@@ -8,11 +10,73 @@ trap 'rm -rf "$work"' EXIT
 job="$SHARDQ_SOURCE_DIR/jobs/demo-engram-nvfp4.toml"
 
 "$SHARDQ_BIN" fixture --preset dsv41-mini --out "$work/src" --engram-vocab 600 >/dev/null
-for method in rtn gptq-mse; do
+for method in rtn mse gptq-mse; do
   "$SHARDQ_BIN" run "$job" --src "$work/src" --dst "$work/$method" --set quant.method="$method" >/dev/null 2>&1
   "$SHARDQ_BIN" verify --src "$work/src" --dst "$work/$method" >"$work/verify.log" || { cat "$work/verify.log"; exit 1; }
   grep -q "^OK: 0 check(s) failed" "$work/verify.log"
+  if [[ $method != gptq-mse ]]; then
+    grep -Eq "^nvfp4 table bytes as the method makes them +2 +0" "$work/verify.log" ||
+      { cat "$work/verify.log"; echo "FAIL: $method tables not compared with the method's bytes"; exit 1; }
+  fi
 done
+
+# One row of the mse output's last table re-quantized, round to nearest, at twice each
+# block's scale: every value stays within half a step at the scale stored, so only the
+# comparison with the method's own bytes can fail it.
+cp -r "$work/mse" "$work/rescaled"
+shard=$(ls "$work/rescaled" | grep 'safetensors$' | sort | tail -1)
+rm "$work/rescaled/$shard" && cp "$work/mse/$shard" "$work/rescaled/$shard"
+python3 - "$work/src" "$work/rescaled/$shard" <<'PY'
+import json, struct, sys
+import numpy as np
+
+def e4m3(code):
+    e, m = (code >> 3) & 15, code & 7
+    v = m * 2.0 ** -9 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+    return -v if code & 0x80 else v
+
+def tensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8:8 + n]), 8 + n
+
+src_dir, out_path = sys.argv[1:3]
+header, base = tensors(out_path)
+table = next(k for k in header if k.endswith("embed.weight"))
+layer = table.rsplit(".", 1)[0]
+index = json.load(open(f"{src_dir}/model.safetensors.index.json"))["weight_map"]
+src_header, src_base = tensors(f"{src_dir}/{index[table]}")
+src = open(f"{src_dir}/{index[table]}", "rb").read()
+row, cols = 9, 256
+w0 = src_base + src_header[table]["data_offsets"][0] + row * cols
+s0 = src_base + src_header[layer + ".scale"]["data_offsets"][0] + row * (cols // 32)
+x = np.array([e4m3(src[w0 + c]) * 2.0 ** (src[s0 + c // 32] - 127) for c in range(cols)], dtype=np.float32)
+out = bytearray(open(out_path, "rb").read())
+(g,) = struct.unpack("<f", out[base + header[layer + ".weight_scale_2"]["data_offsets"][0]:][:4])
+p0 = base + header[table]["data_offsets"][0] + row * cols // 2
+q0 = base + header[layer + ".weight_scale"]["data_offsets"][0] + row * cols // 16
+grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float32)
+for b in range(cols // 16):
+    code = out[q0 + b]
+    if not 8 <= code < 0x77:
+        continue  # a subnormal or the top scale: doubling would not be one code step of 8
+    out[q0 + b] = code + 8
+    unit = np.float32(e4m3(code + 8)) * np.float32(g)
+    for c in range(16 * b, 16 * b + 16):
+        v = np.float32(x[c]) / unit
+        nibble = int(np.argmin(np.abs(grid - abs(v)))) | (8 if v < 0 else 0)
+        at, shift = p0 + c // 2, 4 * (c % 2)
+        out[at] = (out[at] & ~(15 << shift) & 0xFF) | (nibble << shift)
+open(out_path, "wb").write(out)
+PY
+if "$SHARDQ_BIN" verify --src "$work/src" --dst "$work/rescaled" >"$work/verify-rescaled.log"; then
+  cat "$work/verify-rescaled.log"; echo "FAIL: verify passed a table at twice the method's scales"; exit 1
+fi
+grep -Eq "^nvfp4 table values +2 +0" "$work/verify-rescaled.log" ||
+  { cat "$work/verify-rescaled.log"; echo "FAIL: the rescaled row is not within the bound (the doctoring is wrong)"; exit 1; }
+grep -q "^FAIL  layers.14.engram.embed.weight: row 9: codes or scales differ from what mse makes" "$work/verify-rescaled.log" ||
+  { cat "$work/verify-rescaled.log"; exit 1; }
+echo "verify: fails a row at twice the scales mse picks, within the bound"
 
 # Flip the high nibble of one code byte of the last table (rtn output), well inside the data.
 shard=$(ls "$work/rtn" | grep 'safetensors$' | sort | tail -1)
@@ -34,3 +98,13 @@ if "$SHARDQ_BIN" verify --src "$work/src" --dst "$work/rtn" >"$work/verify.log";
 fi
 grep -q "FAIL  layers.14.engram.embed.weight values: layers.14.engram.embed.weight: row 5 column" "$work/verify.log" || { cat "$work/verify.log"; exit 1; }
 echo "verify: passes finished outputs, names the corrupted row"
+
+# The global scale's header made F32 [1] (the same bytes): a loader wants a scalar.
+cp -al "$work/mse" "$work/scalar"
+python3 "$SHARDQ_SOURCE_DIR/tests/resume/edit_tensor.py" "$work/scalar" layers.1.engram.embed.weight_scale_2 shape=1 >/dev/null
+if "$SHARDQ_BIN" verify --src "$work/src" --dst "$work/scalar" >"$work/verify-scalar.log"; then
+  cat "$work/verify-scalar.log"; echo "FAIL: verify passed a global scale of shape [1]"; exit 1
+fi
+grep -q "^FAIL  layers.1.engram.embed.weight_scale_2: is F32 \[1\], planned F32 \[\]" "$work/verify-scalar.log" ||
+  { cat "$work/verify-scalar.log"; exit 1; }
+echo "verify: fails a global scale whose header is not F32 []"
