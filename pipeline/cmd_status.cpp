@@ -1,10 +1,11 @@
-// `shardq status CHECKPOINT`: a run's progress for people. Reads whichever complete
+// `shardq status CHECKPOINT|DST`: a run's progress for people. Reads whichever complete
 // generation is on disk (saves rename whole files, so this is safe during a run).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/commands.h"
@@ -55,15 +56,12 @@ std::string utc_time(int64_t unix_seconds) {
   return buffer;
 }
 
-std::string shortened(const std::string& value) { return value.size() <= 16 ? value : value.substr(0, 12) + ".."; }
-
 void print_header(const std::string& path, const LoadResult& loaded) {
   const CheckpointState& s = loaded.state;
   fmt::print("checkpoint: {} (generation {}, updated {})\n", path, s.generation, utc_time(s.updated_unix));
   if (loaded.fell_back) fmt::print("note: {}\n", loaded.note);
-  std::string fields;
-  for (const auto& [field, value] : s.fingerprint) fields += " " + field + "=" + shortened(value);
-  fmt::print("fingerprint:{}\n", fields.empty() ? " (none)" : fields);
+  fmt::print("fingerprint:{}\n", s.fingerprint.empty() ? " (none)" : "");
+  for (const auto& [field, value] : s.fingerprint) fmt::print("  {}={}\n", field, value); // whole: what a mismatch names
 }
 
 // Plans of many small tasks (one per expert projection) are summed, not listed.
@@ -148,13 +146,17 @@ void print_finished(const CheckpointState& s) {
 } // namespace
 
 int cmd_status(const StatusArgs& args) {
-  const auto loaded = load_checkpoint(args.checkpoint);
-  if (!loaded) throw PipelineError("no checkpoint at " + args.checkpoint + " (nor " + args.checkpoint + ".prev)");
-  print_header(args.checkpoint, *loaded);
+  // An output folder stands for its own checkpoint (a run's default, <dst>/.shardq/checkpoint.h5).
+  const std::string path = std::filesystem::is_directory(args.checkpoint)
+                               ? (std::filesystem::path(args.checkpoint) / ".shardq" / "checkpoint.h5").string()
+                               : args.checkpoint;
+  const auto loaded = load_checkpoint(path);
+  if (!loaded) throw PipelineError("no checkpoint at " + path + " (nor " + path + ".prev)");
+  print_header(path, *loaded);
   print_stages(loaded->state);
   const ChunkProgress total = print_chunks(loaded->state);
   print_rates(loaded->state, total);
-  print_ranks(args.checkpoint);
+  print_ranks(path);
   print_finished(loaded->state);
   std::fflush(stdout);
   return kExitOk;

@@ -61,7 +61,7 @@ void add_run(CLI::App& app, shardq::RunArgs& args) {
 
 void add_status(CLI::App& app, shardq::StatusArgs& args) {
   auto* sub = app.add_subcommand("status", "Print a checkpoint's progress");
-  sub->add_option("checkpoint", args.checkpoint, "checkpoint.h5")->required();
+  sub->add_option("checkpoint", args.checkpoint, "checkpoint.h5, or an output folder (its .shardq/checkpoint.h5)")->required();
 }
 
 void add_verify(CLI::App& app, shardq::VerifyArgs& args) {

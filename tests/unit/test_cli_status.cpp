@@ -125,6 +125,18 @@ TEST_F(CliStatusTest, CountsTheRowsOfStackedTensors) {
   EXPECT_NE(o.out.find(", 798 wall"), std::string::npos) << o.out;
 }
 
+// An output folder stands for its default checkpoint; every fingerprint field is printed
+// whole (a mismatch names one, and the user compares them).
+TEST_F(CliStatusTest, TakesAnOutputFolderAndPrintsTheWholeFingerprint) {
+  const fs::path own = dir_ / ".shardq" / "checkpoint.h5";
+  fs::create_directories(own.parent_path());
+  save_checkpoint(own, three_of_ten_done());
+  const Outcome o = status(dir_);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("checkpoint: " + own.string() + " (generation 7"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\n  source_headers=9f3a1c2b4d5e6f7081\n"), std::string::npos) << o.out;
+}
+
 TEST_F(CliStatusTest, SaysWhenItFellBack) {
   save_checkpoint(path_, three_of_ten_done(1));
   save_checkpoint(path_, three_of_ten_done(2));
