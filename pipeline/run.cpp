@@ -87,11 +87,18 @@ void link_file(const std::filesystem::path& from, const std::filesystem::path& t
   std::filesystem::create_symlink(target, to);
 }
 
-void link_unchanged(const Plan& plan) {
+// The files dst takes from src as they are: unchanged shards and the other files.
+std::vector<std::string> linked_files(const Plan& plan) {
+  std::vector<std::string> files;
   for (const auto& shard : plan.shards) {
-    if (!shard.changed) link_file(plan.src / shard.file, plan.dst / shard.file);
+    if (!shard.changed) files.push_back(shard.file);
   }
-  for (const auto& file : plan.other_files) link_file(plan.src / file, plan.dst / file);
+  files.insert(files.end(), plan.other_files.begin(), plan.other_files.end());
+  return files;
+}
+
+void link_unchanged(const Plan& plan) {
+  for (const auto& file : linked_files(plan)) link_file(plan.src / file, plan.dst / file);
 }
 
 // Shard files in dst that this output does not name (another checkpoint's, an earlier
@@ -140,10 +147,6 @@ void forget_damaged_chunk(const Plan& plan, const Task& task, ChunkRecord& recor
   });
 }
 
-uint64_t planned_file_size(const ShardPlan& shard) {
-  return shard.layout.data_offset + (shard.layout.tensors.empty() ? 0 : shard.layout.tensors.back().end);
-}
-
 bool has_size(const std::filesystem::path& path, uint64_t size) {
   std::error_code error;
   const uint64_t found = std::filesystem::file_size(path, error);
@@ -161,7 +164,7 @@ void forget_what_is_not_on_disk(const Plan& plan, CheckpointState& state) {
     if (!shard.changed) continue;
     const auto final_path = plan.dst / shard.file;
     const auto partial_path = std::filesystem::path(final_path.string() + ".partial");
-    const uint64_t size = planned_file_size(shard);
+    const uint64_t size = shard.layout.file_size();
     if (has_size(final_path, size)) continue;
     const std::string shard_step = "shard:" + shard.file;
     if (std::erase(state.finished, shard_step) > 0) closing_lost = true;
@@ -174,7 +177,7 @@ void forget_what_is_not_on_disk(const Plan& plan, CheckpointState& state) {
     for (size_t t : shard.tasks) {
       for (ChunkRecord& record : state.tasks[t].chunks) {
         if (record.state != kChunkDone) continue;
-        record = ChunkRecord{};
+        forget_damaged_chunk(plan, plan.tasks()[t], record, state);
         ++forgotten;
       }
     }
@@ -222,13 +225,9 @@ void check_no_run_without_checkpoint(const Plan& plan, const std::filesystem::pa
   }
 }
 
-// Whether every file linked from the source (unchanged shards, other files) is in dst.
+// Whether every file linked from the source is in dst.
 bool links_present(const Plan& plan) {
-  for (const auto& shard : plan.shards) {
-    if (!shard.changed && !std::filesystem::exists(plan.dst / shard.file)) return false;
-  }
-  return std::all_of(plan.other_files.begin(), plan.other_files.end(),
-                     [&](const std::string& file) { return std::filesystem::exists(plan.dst / file); });
+  return std::ranges::all_of(linked_files(plan), [&](const std::string& file) { return std::filesystem::exists(plan.dst / file); });
 }
 
 // A shard is renamed only once a save records all of its chunks; resumed from an older
@@ -368,11 +367,14 @@ std::string fingerprint_difference_across_ranks(const Link& link, const Plan& pl
     uint64_t hash[kMaxFields] = {};
     char host[64] = {};
   } mine;
-  for (const auto& [field, value] : plan.fingerprint) {
-    if (field == "src" || field == "dst") continue;
-    const std::string text = field + '=' + value;
-    const size_t slot = std::min<size_t>(mine.fields++, kMaxFields - 1); // more fields share the last slot
-    mine.hash[slot] ^= XXH3_64bits(text.data(), text.size());
+  std::vector<const std::pair<std::string, std::string>*> compared;
+  for (const auto& field : plan.fingerprint) {
+    if (field.first != "src" && field.first != "dst") compared.push_back(&field);
+  }
+  mine.fields = uint32_t(compared.size());
+  for (size_t i = 0; i < compared.size(); ++i) {
+    const std::string text = compared[i]->first + '=' + compared[i]->second;
+    mine.hash[std::min(i, kMaxFields - 1)] ^= XXH3_64bits(text.data(), text.size()); // more fields share the last slot
   }
   const std::string host = link.host_name();
   std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
@@ -383,15 +385,11 @@ std::string fingerprint_difference_across_ranks(const Link& link, const Plan& pl
       return fmt::format("rank {} ({}) planned {} fingerprint fields, rank 0 ({}) {}: another shardq?", rank, other.host,
                          other.fields, mine.host, mine.fields);
     }
-    size_t slot = 0;
-    for (const auto& [field, value] : plan.fingerprint) {
-      if (field == "src" || field == "dst") continue;
-      if (slot < kMaxFields && other.hash[slot] != mine.hash[slot]) {
-        return fmt::format("rank {} ({}) planned another '{}' than rank 0 ({}: {}): the ranks must run the same shardq "
-                           "on the same job and source bytes (a node-local copy that differs?)",
-                           rank, other.host, field, mine.host, value);
-      }
-      ++slot;
+    for (size_t i = 0; i < std::min(compared.size(), kMaxFields); ++i) {
+      if (other.hash[i] == mine.hash[i]) continue;
+      return fmt::format("rank {} ({}) planned another '{}' than rank 0 ({}: {}): the ranks must run the same shardq "
+                         "on the same job and source bytes (a node-local copy that differs?)",
+                         rank, other.host, compared[i]->first, mine.host, compared[i]->second);
     }
   }
   return "";

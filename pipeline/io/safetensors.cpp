@@ -396,9 +396,9 @@ const TensorInfo& Writer::tensor(std::string_view name) const {
   return *found;
 }
 
-uint64_t Writer::buffer_size() const { return layout_->tensors.empty() ? 0 : layout_->tensors.back().end; }
+uint64_t Writer::buffer_size() const { return layout_->buffer_size(); }
 
-uint64_t Writer::file_size() const { return layout_->data_offset + buffer_size(); }
+uint64_t Writer::file_size() const { return layout_->file_size(); }
 
 void Writer::reserve_space() {
   const std::string& label = partial_path_.native();

@@ -99,6 +99,8 @@ struct FileLayout {
   NameIndex by_name; // into tensors
 
   const TensorInfo* find(std::string_view name) const;
+  uint64_t buffer_size() const { return tensors.empty() ? 0 : tensors.back().end; } // bytes of the data buffer
+  uint64_t file_size() const { return data_offset + buffer_size(); }                 // the whole file's
 };
 
 // The whole layout is planned up front from (name, dtype, shape) in order; the header is

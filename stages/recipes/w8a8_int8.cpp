@@ -77,10 +77,9 @@ std::optional<SourceLinear> find_linear(const CheckpointView& source, const Sour
 // An ignored one must be BF16 already (natively BF16 modules, the vision tower's): any other
 // dtype without an E8M0 scale (V3's F32 weight_scale_inv, F32 weights) is not dequantized
 // here, and copied as it is it would fail the card's "ignore-matched linears BF16".
-void refuse_unquantizable_linear(const CheckpointView& source, const SourceTensor& tensor, const RecipeParams& params) {
-  const auto module = linear_weight_module(tensor.spec);
-  if (!module) return;
-  const bool ignored = ignore_matches(*module, params.ignore);
+void refuse_unquantizable_linear(const CheckpointView& source, const SourceTensor& tensor, std::string_view module,
+                                 const RecipeParams& params) {
+  const bool ignored = ignore_matches(module, params.ignore);
   if (ignored && tensor.spec.dtype == Dtype::BF16) return;
   const std::string what = fmt::format("{}: linear '{}' is {} {} without an F8_E8M0 '.scale' beside it",
                                        (source.dir / source.shard_files[tensor.shard]).string(), tensor.spec.name,
@@ -246,8 +245,10 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
     for (size_t t = starts[shard]; t < starts[shard + 1]; ++t) {
       const auto linear = find_linear(source, source.tensors[t]);
       if (!linear) {
-        refuse_unquantizable_linear(source, source.tensors[t], inputs.params);
-        if (const auto module = linear_weight_module(source.tensors[t].spec)) ignore_use.note(*module, inputs.params.ignore);
+        if (const auto module = linear_weight_module(source.tensors[t].spec)) {
+          refuse_unquantizable_linear(source, source.tensors[t], *module, inputs.params);
+          ignore_use.note(*module, inputs.params.ignore);
+        }
         continue;
       }
       ignore_use.note(linear->module, inputs.params.ignore);

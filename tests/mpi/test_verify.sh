@@ -27,13 +27,13 @@ cp -r "$work/mse" "$work/rescaled"
 shard=$(ls "$work/rescaled" | grep 'safetensors$' | sort | tail -1)
 rm "$work/rescaled/$shard" && cp "$work/mse/$shard" "$work/rescaled/$shard"
 python3 - "$work/src" "$work/rescaled/$shard" <<'PY'
-import json, struct, sys
+import json, os, struct, sys
 import numpy as np
+sys.path.insert(0, os.path.join(os.environ["SHARDQ_SOURCE_DIR"], "tests", "resume"))
+from edit_tensor import e4m3_value
 
 def e4m3(code):
-    e, m = (code >> 3) & 15, code & 7
-    v = m * 2.0 ** -9 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
-    return -v if code & 0x80 else v
+    return -e4m3_value(code & 0x7F) if code & 0x80 else e4m3_value(code & 0x7F)
 
 def tensors(path):
     data = open(path, "rb").read()
