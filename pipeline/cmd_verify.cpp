@@ -477,16 +477,13 @@ void verify_tasks(const Plan& plan, const nlohmann::ordered_json& report, AuditR
   if (!cosines.empty()) audit.note("engram cosine", fmt::format("{} (min {})", fmt::join(cosines, ", "), plan.job.engram_min_cosine));
 }
 
-// Every output tensor's name, dtype and shape against the reference checkpoint's (MTP
-// experts re-encoded with keep_mtp = false have no counterpart there).
+// Every output tensor's name, dtype and shape against the reference checkpoint's.
 void verify_reference_layout(const Plan& plan, const Job& job, AuditReaders& readers, Audit& audit) {
   const CheckpointView reference = read_checkpoint_view(job.input_scales_from);
-  const auto skipped = [&](const std::string& name) { return !job.keep_mtp && name.rfind("mtp.", 0) == 0 && name.find(".ffn.experts.") != std::string::npos; };
   std::set<std::string> output_names;
   const io::ShardIndex index = io::read_index(plan.dst / io::kIndexFileName);
   for (const auto& [entry_name, file] : index.entries()) {
     const std::string name(entry_name);
-    if (skipped(name)) continue;
     output_names.insert(name);
     const auto* tensor = readers.output.get(file).find(name);
     const SourceTensor* ref = reference.find(name);
@@ -494,7 +491,7 @@ void verify_reference_layout(const Plan& plan, const Job& job, AuditReaders& rea
                 name, ref ? "dtype or shape differs from the reference's" : "not in the reference");
   }
   for (const auto& t : reference.tensors) {
-    if (!skipped(t.spec.name)) audit.check("layout equal to the reference", output_names.count(t.spec.name) == 1, t.spec.name, "missing in the output");
+    audit.check("layout equal to the reference", output_names.count(t.spec.name) == 1, t.spec.name, "missing in the output");
   }
 }
 

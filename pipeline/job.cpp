@@ -20,6 +20,11 @@ const std::vector<std::string> kKnownKeys = {
     "quant.input_scales_from", "quant.keep_mtp", "quant.ignore", "quant.engram_min_cosine",
     "run.rows_per_chunk", "run.threads", "run.backend", "run.write_mode", "run.checkpoint"};
 
+bool is_recipe(const std::string& name) {
+  const std::vector<std::string> recipes = recipe_names();
+  return std::find(recipes.begin(), recipes.end(), name) != recipes.end();
+}
+
 void check_known_keys(const toml::table& root, const std::string& file) {
   for (const auto& [section, node] : root) {
     const auto* table = node.as_table();
@@ -30,6 +35,18 @@ void check_known_keys(const toml::table& root, const std::string& file) {
         throw PipelineError(fmt::format("{}: unknown key '{}'", file, full));
       }
     }
+  }
+}
+
+// A [quant] key the job's recipe does not read would do nothing: refused, with the keys it reads.
+void check_recipe_keys(const toml::table& root, const std::string& recipe, const std::string& file) {
+  const auto* quant = root["quant"].as_table();
+  if (!quant || !is_recipe(recipe)) return; // an unknown recipe is validate's to name
+  const std::vector<std::string_view> read = make_recipe(recipe)->quant_keys();
+  for (const auto& [key, value] : *quant) {
+    if (std::find(read.begin(), read.end(), key.str()) != read.end()) continue;
+    throw PipelineError(fmt::format("{}: quant.{} does nothing for recipe {} (it reads quant.{}): remove it", file,
+                                    key.str(), recipe, fmt::join(read, ", quant.")));
   }
 }
 
@@ -86,9 +103,8 @@ void read_string_list(const toml::table& root, const char* section, const char* 
 
 void validate(const Job& job) {
   auto fail = [&](const std::string& what) { throw PipelineError(fmt::format("{}: {}", job.source_file, what)); };
-  const std::vector<std::string> recipes = recipe_names();
-  if (std::find(recipes.begin(), recipes.end(), job.recipe) == recipes.end()) {
-    fail(fmt::format("job.recipe must be one of {}, not '{}'", fmt::join(recipes, ", "), job.recipe));
+  if (!is_recipe(job.recipe)) {
+    fail(fmt::format("job.recipe must be one of {}, not '{}'", fmt::join(recipe_names(), ", "), job.recipe));
   }
   const std::vector<std::string> methods = {"rtn", "mse", "gptq", "gptq-mse"};
   if (std::find(methods.begin(), methods.end(), job.method) == methods.end()) fail("quant.method must be rtn, mse, gptq or gptq-mse, not '" + job.method + "'");
@@ -162,6 +178,7 @@ Job load_job(const std::string& path, const std::vector<std::string>& overrides)
   read_key(root, "run", "backend", job.backend, path);
   read_key(root, "run", "write_mode", job.write_mode, path);
   read_key(root, "run", "checkpoint", job.checkpoint, path);
+  check_recipe_keys(root, job.recipe, path);
   validate(job);
   return job;
 }

@@ -9,6 +9,9 @@ namespace shardq {
 class EngramNvfp4Recipe : public Recipe {
  public:
   std::string_view name() const override { return "engram-nvfp4"; }
+  std::vector<std::string_view> quant_keys() const override {
+    return {"method", "mse_candidates", "mse_alpha_min", "gptq_damp", "gptq_block"};
+  }
   RecipePlan plan(const RecipeInputs& inputs) const override;
   nlohmann::ordered_json report(const RecipePlan& plan, const RecipeParams& params,
                                 std::span<const TaskTotals> totals) const override;

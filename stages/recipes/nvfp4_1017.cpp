@@ -142,12 +142,8 @@ void check_same_architecture(const nlohmann::ordered_json& source, const nlohman
 }
 
 // Every output tensor (changed shards as planned, others as they are) against the
-// reference: the same names, dtypes and shapes. MTP experts re-encoded (keep_mtp = false)
-// have no counterpart there and are left out of the comparison.
-void check_reference_layout(const RecipePlan& plan, const CheckpointView& source, const CheckpointView& reference,
-                            bool keep_mtp) {
-  const std::regex mtp_expert(R"(^mtp\.\d+\.ffn\.experts\.)");
-  const auto compared = [&](const std::string& name) { return keep_mtp || !std::regex_search(name, mtp_expert); };
+// reference: the same names, dtypes and shapes.
+void check_reference_layout(const RecipePlan& plan, const CheckpointView& source, const CheckpointView& reference) {
   std::map<std::string, TensorSpec> planned;
   for (const auto& tensor : source.tensors) {
     if (!plan.shards.count(tensor.shard)) planned[tensor.spec.name] = tensor.spec;
@@ -157,7 +153,6 @@ void check_reference_layout(const RecipePlan& plan, const CheckpointView& source
   }
   const std::string where = reference.dir.string();
   for (const auto& [name, spec] : planned) {
-    if (!compared(name)) continue;
     const SourceTensor* ref = reference.find(name);
     if (!ref) throw StageError(fmt::format("{}: the reference has no '{}', which the output has (another layout?)", where, name));
     if (ref->spec.dtype != spec.dtype || ref->spec.shape != spec.shape) {
@@ -167,7 +162,7 @@ void check_reference_layout(const RecipePlan& plan, const CheckpointView& source
     }
   }
   for (const auto& tensor : reference.tensors) {
-    if (compared(tensor.spec.name) && !planned.count(tensor.spec.name)) {
+    if (!planned.count(tensor.spec.name)) {
       throw StageError(fmt::format("{}: the reference has '{}', which the output would not (another layout?)", where,
                                    tensor.spec.name));
     }
@@ -193,6 +188,17 @@ Json lifted_report(const InputScales& scales) {
                       {"old", l.reference}, {"new", l.lifted}});
   }
   return {{"copied_unchanged", scales.copied}, {"lifted", lifted}, {"model_max", scales.model_max}};
+}
+
+// keep_mtp = false would transcode the MTP layers' experts too, into an output that does not
+// load: the reference has no input scales for them (they were never calibrated) and its
+// quantization config excludes mtp*. The product keeps them as they are.
+void refuse_transcoded_mtp(const RecipeInputs& inputs) {
+  if (inputs.params.keep_mtp) return;
+  throw StageError(fmt::format("quant.keep_mtp = false: the reference {} has no input scales for the MTP layers' "
+                               "experts and its quantization config excludes mtp*, so transcoded MTP experts would "
+                               "not load; nvfp4-1017 keeps them as they are (keep_mtp = true)",
+                               inputs.params.input_scales_from));
 }
 
 struct Planner {
@@ -245,6 +251,7 @@ RecipePlan Nvfp4_1017Recipe::plan(const RecipeInputs& inputs) const {
                      "scales, config.json and hf_quant_config.json)");
   }
   const CheckpointView& reference = *inputs.reference;
+  refuse_transcoded_mtp(inputs);
   if (reference.hf_quant_config.is_null()) {
     throw StageError(fmt::format("{}: the reference has no hf_quant_config.json", reference.dir.string()));
   }
@@ -263,7 +270,7 @@ RecipePlan Nvfp4_1017Recipe::plan(const RecipeInputs& inputs) const {
   planner.input_scales = scales.values;
   std::set<size_t> shards;
   for (const auto& expert : experts) {
-    if (expert.mtp && inputs.params.keep_mtp) continue;
+    if (expert.mtp) continue; // kept as they are (refuse_transcoded_mtp)
     planner.add_task(expert_task(expert, inputs.params, planner.group(expert)));
     shards.insert(expert.weight->shard);
   }
@@ -273,7 +280,7 @@ RecipePlan Nvfp4_1017Recipe::plan(const RecipeInputs& inputs) const {
   }
   plan_changed_shards(
       source, shards, [&](const SourceTensor& t, std::vector<ShardEntry>& entries) { return planner.replace(t, entries); }, plan);
-  check_reference_layout(plan, source, reference, inputs.params.keep_mtp);
+  check_reference_layout(plan, source, reference);
   check_same_architecture(source.config, reference.config, source, reference);
   plan.config = reference.config;
   auto& text_config = plan.config.contains("text_config") ? plan.config["text_config"] : plan.config;

@@ -12,6 +12,9 @@ namespace shardq {
 class Nvfp4_1017Recipe : public Recipe {
  public:
   std::string_view name() const override { return "nvfp4-1017"; }
+  std::vector<std::string_view> quant_keys() const override {
+    return {"input_scales_from", "keep_mtp", "engram_min_cosine"};
+  }
   RecipePlan plan(const RecipeInputs& inputs) const override;
   nlohmann::ordered_json report(const RecipePlan& plan, const RecipeParams& params,
                                 std::span<const TaskTotals> totals) const override;

@@ -182,6 +182,9 @@ class Recipe {
  public:
   virtual ~Recipe() = default;
   virtual std::string_view name() const = 0;
+  // The job's [quant] keys the product reads (without "quant."). A job that sets another
+  // is refused: the key would do nothing, and a user who set it meant something by it.
+  virtual std::vector<std::string_view> quant_keys() const = 0;
   // Throws StageError naming the tensor and what was expected when the source (or the
   // reference) does not fit; nothing is done before this passes.
   virtual RecipePlan plan(const RecipeInputs& inputs) const = 0;

@@ -18,6 +18,7 @@ namespace shardq {
 class W8a8Int8Recipe : public Recipe {
  public:
   std::string_view name() const override { return "w8a8-int8"; }
+  std::vector<std::string_view> quant_keys() const override { return {"ignore"}; }
   RecipePlan plan(const RecipeInputs& inputs) const override;
   nlohmann::ordered_json report(const RecipePlan& plan, const RecipeParams& params,
                                 std::span<const TaskTotals> totals) const override;

@@ -6,6 +6,9 @@
 #  3. a source expert whose .scale shape does not match its weight;
 #  4. no reference at all (quant.input_scales_from unset);
 #  5. a source config.json of another architecture than the reference's;
+#  6. quant.keep_mtp = false (the reference has no input scales for the MTP experts);
+# a finished output is refused to a job naming another reference (input_scales_from is in
+# the fingerprint);
 # and a source the transcode cannot represent exactly (a block 18 binades below its
 # expert's largest, codes not zero): the run completes, the report counts the block under
 # its tensor, and `verify` fails naming that tensor.
@@ -90,6 +93,9 @@ os.unlink(shard)  # a hard link of the fixture: replace, never write through
 with open(shard, "wb") as f:
     f.write(data[:at] + bytes([emax - 18]) + data[at + 1:])
 PY
+expect_refusal keep-mtp "quant.keep_mtp = false: the reference $WORK/ref has no input scales for the MTP layers'" \
+  --src "$WORK/src" --set "quant.input_scales_from=\"$WORK/ref\"" --set quant.keep_mtp=false
+
 "$SHARDQ_BIN" run "$JOB1017" --src "$WORK/src-inexact" --set "quant.input_scales_from=\"$WORK/ref\"" \
   --dst "$WORK/out-inexact" >"$WORK/inexact.log" 2>&1 || fail "the run with an inexact block failed: $(tail -3 "$WORK/inexact.log")"
 python3 - "$WORK/out-inexact/nvfp4-1017.json" <<'PY' || fail "the report does not count the inexact block"
@@ -104,4 +110,13 @@ fi
 grep -q "^FAIL  layers.4.ffn.experts.2.w1.weight: " "$WORK/verify-inexact.log" ||
   fail "verify does not name the inexact tensor: $(cat "$WORK/verify-inexact.log")"
 echo "inexact block: counted in the report, verify fails: $(grep '^FAIL' "$WORK/verify-inexact.log")"
+
+copy_of ref ref-copy
+if "$SHARDQ_BIN" run "$JOB1017" --src "$WORK/src-inexact" --set "quant.input_scales_from=\"$WORK/ref-copy\"" \
+  --dst "$WORK/out-inexact" >"$WORK/other-ref.log" 2>&1; then
+  fail "a finished output was taken for a job naming another reference"
+fi
+grep -qF "of another job" "$WORK/other-ref.log" && grep -qF "key 'input_scales_from' is" "$WORK/other-ref.log" ||
+  fail "the refusal does not name input_scales_from: $(cat "$WORK/other-ref.log")"
+echo "another reference: refused: $(grep 'shardq: error' "$WORK/other-ref.log" | cut -c1-220)"
 echo "PASS: bad 1017 input refused before any work, naming the tensor; an inexact block reported and failed by verify"

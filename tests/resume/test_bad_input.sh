@@ -7,7 +7,9 @@
 #     any work (no .partial file);
 #  3. a complete output in dst: refused without --force (message says --force, bytes
 #     untouched), overwritten with --force;
-#  4. an unknown job key (in the file or through --set): the error names the key;
+#  4. an unknown job key (in the file or through --set), or a [quant] key the recipe does not
+#     read (quant.ignore or quant.keep_mtp on engram-nvfp4, quant.method on w8a8-int8): the
+#     error names the key and the keys the recipe reads;
 #  5. a .safetensors file in dst that the output does not name (refused with --force too,
 #     left as it was), or one in the source that its index does not name (refused).
 # Env: SHARDQ_BIN, SHARDQ_SOURCE_DIR. Exit 77 (skip) without SHARDQ_BIN.
@@ -136,8 +138,21 @@ check_unknown_keys() {
   else
     expect_in_log unknown-file "$dst.file.log" "warp_speed"
   fi
+  local key
+  for key in 'quant.ignore=["attn.wkv"]' quant.keep_mtp=true 'quant.input_scales_from="/models/ref"'; do
+    run_expect_failure "unread-$key" "$dst.unread.log" --src "$work/src" --dst "$dst" --set "$key" || continue
+    expect_in_log "unread-$key" "$dst.unread.log" "${key%%=*} does nothing for recipe engram-nvfp4"
+    expect_in_log "unread-$key" "$dst.unread.log" "it reads quant.method, quant.mse_candidates"
+  done
+  if "$SHARDQ_BIN" run "$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml" --src "$work/src" --dst "$dst" \
+    --set 'quant.method="rtn"' >"$dst.int8.log" 2>&1; then
+    fail "unread-int8: shardq run succeeded with quant.method on w8a8-int8"
+  else
+    expect_in_log unread-int8 "$dst.int8.log" "quant.method does nothing for recipe w8a8-int8 (it reads quant.ignore)"
+  fi
   [ ! -e "$dst" ] || [ -z "$(ls -A "$dst")" ] || fail "unknown keys: output was written"
   echo "ok: unknown keys: $(grep -m1 'error' "$dst.set.log"); $(grep -m1 'error' "$dst.file.log")"
+  echo "ok: keys the recipe does not read: $(grep -m1 'error' "$dst.unread.log"); $(grep -m1 'error' "$dst.int8.log")"
 }
 
 # Stray .safetensors files: one in dst that the output does not name is refused, --force or
