@@ -46,7 +46,10 @@ InputScales plan_input_scales(const std::vector<ExpertProjection>& projections,
     const std::string tensor = p.prefix + ".input_scale";
     const float value = reference[tensor];
     const auto best = calibrated_max.find({p.layer, p.projection});
-    const bool lift = uncalibrated.count({p.layer, p.expert}) && p.projection != 2 && best != calibrated_max.end();
+    // An uncalibrated w1/w3 whose layer's calibrated maximum is its own value keeps it: it
+    // is copied, not lifted (the report lists only values that changed).
+    const bool lift = uncalibrated.count({p.layer, p.expert}) && p.projection != 2 && best != calibrated_max.end() &&
+                      best->second != value;
     scales.values[tensor] = lift ? best->second : value;
     if (lift) scales.lifted.push_back({tensor, p.layer, p.expert, p.projection, value, best->second});
     else ++scales.copied;

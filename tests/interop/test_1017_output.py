@@ -91,10 +91,10 @@ def test_input_scales_imported_and_lifted(work):
         if expert in uncalibrated and projection != "w2":
             expected = max(reference[m] for m in names
                            if m.split(".")[1] == layer and m.endswith(projection) and m.rsplit(".", 1)[0] not in uncalibrated)
-            lifted += 1
+            lifted += expected != reference[n]
         assert f32_scalar(dst[n + ".input_scale"]) == expected, n
     report = json.loads((dst_dir / "nvfp4-1017.json").read_text())["input_scales"]
-    assert len(report["lifted"]) == lifted == 2 * len(uncalibrated)
+    assert len(report["lifted"]) == lifted > 0  # a lift to the value it had is a copy
     assert report["copied_unchanged"] == len(names) - lifted
 
 
