@@ -286,10 +286,12 @@ std::vector<std::filesystem::path> verify_done_chunks(const Plan& plan, Checkpoi
 
 // What --verify-done forgot reaches the checkpoint before any shard goes back to .partial:
 // killed in between, the next run must not find the damaged chunks recorded done, nor a
-// shard recorded finished that is no longer under its final name.
-void reopen_damaged_shards(const std::filesystem::path& checkpoint_path, CheckpointState& state,
+// shard recorded finished that is no longer under its final name. The report goes first,
+// as where a file was lost: an output holding a report holds everything else.
+void reopen_damaged_shards(const Plan& plan, const std::filesystem::path& checkpoint_path, CheckpointState& state,
                            const std::vector<std::filesystem::path>& damaged_final) {
   if (damaged_final.empty()) return;
+  std::filesystem::remove(plan.dst / plan.report_file());
   ++state.generation;
   save_checkpoint(checkpoint_path, state);
   for (const auto& path : damaged_final) std::filesystem::rename(path, path.string() + ".partial");
@@ -316,7 +318,7 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   // steps after it (the report among them), and the run then mends it.
   if (loaded && mismatch.empty()) forget_what_is_not_on_disk(plan, loaded->state);
   if (loaded && mismatch.empty() && args.verify_done) {
-    reopen_damaged_shards(checkpoint_path, loaded->state, verify_done_chunks(plan, loaded->state));
+    reopen_damaged_shards(plan, checkpoint_path, loaded->state, verify_done_chunks(plan, loaded->state));
   }
   if (!args.force && output_complete(plan, loaded) && (!loaded || !mismatch.empty() || links_present(plan))) {
     if (!loaded || !mismatch.empty()) {

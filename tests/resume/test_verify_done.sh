@@ -3,7 +3,8 @@
 # recorded them (in a .partial, and in a shard already finalized) are found by their
 # checksum, reported ("does not match its checksum: recomputing"), computed again, and
 # the final output equals the uninterrupted one. Without damage nothing is redone. What it
-# found is saved before the run goes on: a kill then loses none of it.
+# found is saved before the run goes on: a kill then loses none of it, and a complete
+# output's report is removed before its damaged shard goes back to .partial.
 source "$(dirname "$0")/lib.sh"
 
 RPC=1024
@@ -90,6 +91,15 @@ SHARDQ_LOG=debug run_shardq 0 "$WORK/verify4.log" "${ARGS[@]}" --verify-done || 
 grep -q "nothing to do" "$WORK/verify4.log" && fail "--verify-done took the damaged output for complete"
 [[ "$(assigned_quantize "$WORK/verify4.log" | tr '\n' ' ')" == "1 4 " ]] ||
   fail "expected exactly chunk 4 of table 1 computed again, got: $(assigned_quantize "$WORK/verify4.log" | tr '\n' ';')"
+same_output "$WORK/ref" "$DST"
+# Case 5: as case 4, but --verify-done is killed once it has sent the shard back to
+# .partial: the report is gone with it (no output that looks complete while a shard is
+# being mended), and the plain command finishes the output again.
+damage "$DST/$shard1" 1 2
+SHARDQ_CRASH_AT=outputs:1 run_shardq 0 "$WORK/verify6.log" "${ARGS[@]}" --verify-done && fail "the crash did not happen"
+[[ -f "$DST/$shard1.partial" ]] || fail "the damaged shard did not go back to .partial"
+[[ ! -e "$DST/engram-nvfp4.json" ]] || fail "the report stayed in dst while its damaged shard was mended"
+run_shardq 0 "$WORK/resume6.log" "${ARGS[@]}" || fail "the resume failed: $(tail -3 "$WORK/resume6.log")"
 same_output "$WORK/ref" "$DST"
 SHARDQ_LOG=debug run_shardq 0 "$WORK/verify5.log" "${ARGS[@]}" --verify-done || fail "--verify-done on the mended output failed"
 grep -q "nothing to do" "$WORK/verify5.log" || fail "--verify-done on an undamaged complete output did not say it had nothing to do"
