@@ -121,15 +121,19 @@ bool same_file_bytes(const std::filesystem::path& a, const std::filesystem::path
 // again with the job's method and compared byte for byte, so a scale of the wrong rule (a
 // candidate the search would not pick, a saturating one) fails, which the bound alone,
 // measured at the scale the output stores, would pass.
+// Its counters (blocks, zero blocks, scale underflows, MSE candidate wins), summed over
+// every chunk, are what the report's must be.
 struct Requantized {
   QuantizeParams params;
   Nvfp4Chunk chunk;
+  ChunkStats totals;
   std::string first_difference;
 
   void compare(const Fp8RowChunk& source, const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scales) {
-    if (!first_difference.empty()) return;
     chunk.resize(source.rows, source.cols);
     quantize_chunk_nvfp4(source, params, chunk, nullptr);
+    totals.merge(chunk.stats);
+    if (!first_difference.empty()) return;
     const uint64_t packed_row = uint64_t(source.cols) / 2, scale_row = uint64_t(source.cols) / Nvfp4::block;
     for (uint64_t r = 0; r < source.rows; ++r) {
       const bool same = std::equal(packed.begin() + ptrdiff_t(r * packed_row), packed.begin() + ptrdiff_t((r + 1) * packed_row),
@@ -144,6 +148,41 @@ struct Requantized {
     }
   }
 };
+
+// One figure of a table's report entry against its recomputed value (exact: integers and
+// fp32 values the report holds as they were computed).
+template <typename T>
+void check_report_figure(const nlohmann::ordered_json& report_table, const std::string& tensor, const char* key,
+                         const T& expected, Audit& audit) {
+  const bool ok = report_table.contains(key) && report_table[key] == nlohmann::ordered_json(expected);
+  audit.check("nvfp4 report figures", ok, fmt::format("{} {}", tensor, key),
+              fmt::format("report {}, recomputed {}", report_table.contains(key) ? report_table[key].dump() : "absent",
+                          nlohmann::ordered_json(expected).dump()));
+}
+
+// The report's other figures of a table: its shape, amax and global scale (any method), and
+// for rtn and mse, whose bytes verify makes again, the block counters of that quantization
+// (GPTQ counts them on the error-fed rows, which verify does not make).
+void check_table_report_figures(const Task& task, const nlohmann::ordered_json& report_table, float amax,
+                                const ChunkStats* requantized, Audit& audit) {
+  const std::string& tensor = task.outputs[0].name;
+  check_report_figure(report_table, tensor, "rows", task.rows, audit);
+  check_report_figure(report_table, tensor, "cols", task.cols, audit);
+  check_report_figure(report_table, tensor, "amax", amax, audit);
+  check_report_figure(report_table, tensor, "global_scale", Nvfp4::global_scale(amax), audit);
+  check_report_figure(report_table, tensor, "all_zero", amax == 0.0f, audit);
+  check_report_figure(report_table, tensor, "blocks", task.rows * uint64_t(task.cols) / Nvfp4::block, audit);
+  if (!requantized) return;
+  check_report_figure(report_table, tensor, "zero_blocks", requantized->zero_blocks, audit);
+  check_report_figure(report_table, tensor, "scale_underflows", requantized->scale_underflows, audit);
+  if (!report_table.contains("mse_candidate_wins")) return;
+  std::vector<uint64_t> wins;
+  for (const auto& candidate : report_table["mse_candidate_wins"]) wins.push_back(candidate.value("wins", uint64_t{0}));
+  const size_t candidates = std::min(wins.size(), requantized->candidate_wins.size());
+  std::vector<uint64_t> recomputed(requantized->candidate_wins.begin(), requantized->candidate_wins.begin() + ptrdiff_t(candidates));
+  audit.check("nvfp4 report figures", wins == recomputed, tensor + " mse_candidate_wins",
+              fmt::format("report [{}], recomputed [{}]", fmt::join(wins, ", "), fmt::join(recomputed, ", ")));
+}
 
 // An engram-nvfp4 task: global scale recomputed from the source's amax, every row within
 // the NVFP4 bound (round-to-nearest methods), the report's rel RMS error recomputed.
@@ -195,6 +234,7 @@ void verify_engram_nvfp4(const Plan& plan, const Task& task, const nlohmann::ord
   const double reported = report_table.value("rel_rms_error", -1.0);
   audit.check("nvfp4 report figures", std::fabs(rel_rms - reported) <= 1e-9 * std::max(1.0, std::fabs(rel_rms)), task.outputs[0].name + " rel_rms_error",
               fmt::format("recomputed {:.12g}, report {:.12g}", rel_rms, reported));
+  check_table_report_figures(task, report_table, amax, round_to_nearest ? &requantized.totals : nullptr, audit);
 }
 
 // Shards holding an Engram table are their own row of the table (the products promise them).

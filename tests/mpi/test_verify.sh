@@ -2,7 +2,8 @@
 # `shardq verify` passes on a finished output (rtn, mse and gptq-mse; rtn and mse tables
 # equal to the method's own bytes) and fails, naming the tensor and row, when one byte of
 # an output table is changed, when a row is re-quantized at twice the scales mse picks
-# (within the bound, not the method's bytes), and when the global scale's header is F32 [1].
+# (within the bound, not the method's bytes), when the global scale's header is F32 [1], and
+# when the report's table figures (amax, block counters, MSE wins) are not the output's.
 set -euo pipefail
 : "${SHARDQ_BIN:?}" "${SHARDQ_SOURCE_DIR:?}"
 work=$(mktemp -d)
@@ -108,3 +109,30 @@ fi
 grep -q "^FAIL  layers.1.engram.embed.weight_scale_2: is F32 \[1\], planned F32 \[\]" "$work/verify-scalar.log" ||
   { cat "$work/verify-scalar.log"; exit 1; }
 echo "verify: fails a global scale whose header is not F32 []"
+
+# The report's figures of a table recomputed: a report claiming one zero block more, one
+# scale underflow less, another MSE candidate's win, or another amax fails, naming each.
+cp -al "$work/mse" "$work/report"
+python3 - "$work/report/engram-nvfp4.json" <<'PY'
+import json, os, sys
+path = sys.argv[1]
+report = json.load(open(path))
+table = report["tables"][1]
+table["zero_blocks"] += 1
+table["scale_underflows"] -= 1
+wins = table["mse_candidate_wins"]
+wins[0]["wins"] += 1
+wins[-1]["wins"] -= 1
+report["tables"][0]["amax"] *= 2
+os.unlink(path)  # a hard link of the mse output's: replaced, never written through
+json.dump(report, open(path, "w"), indent=2)
+PY
+if "$SHARDQ_BIN" verify --src "$work/src" --dst "$work/report" >"$work/verify-report.log"; then
+  cat "$work/verify-report.log"; echo "FAIL: verify passed a report with doctored figures"; exit 1
+fi
+for figure in "layers.14.engram.embed.weight zero_blocks" "layers.14.engram.embed.weight scale_underflows" \
+  "layers.14.engram.embed.weight mse_candidate_wins" "layers.1.engram.embed.weight amax"; do
+  grep -q "^FAIL  $figure: report " "$work/verify-report.log" || { cat "$work/verify-report.log"; echo "FAIL: $figure not failed"; exit 1; }
+done
+grep -Eq "^nvfp4 report figures +[0-9]+ +4 *$" "$work/verify-report.log" || { cat "$work/verify-report.log"; exit 1; }
+echo "verify: fails a report whose table figures are not the output's"
