@@ -304,6 +304,10 @@ Job verify_job(const VerifyArgs& args) {
     const auto report = io::read_json_object(std::filesystem::path(args.dst) / (job.recipe + ".json"));
     const auto& parameters = report.contains("parameters") ? report["parameters"] : nlohmann::ordered_json::object();
     job.input_scales_from = parameters.value("input_scales_from", std::string());
+    job.mse_candidates = parameters.value("mse_candidates", job.mse_candidates);
+    job.mse_alpha_min = parameters.value("mse_alpha_min", job.mse_alpha_min);
+    job.gptq_damp = parameters.value("gptq_damp", job.gptq_damp);
+    job.gptq_block = parameters.value("gptq_block", job.gptq_block);
     job.keep_mtp = parameters.value("keep_mtp", true);
     job.engram_min_cosine = parameters.value("engram_min_cosine", job.engram_min_cosine);
     if (parameters.contains("ignore")) job.ignore = parameters["ignore"].get<std::vector<std::string>>();
@@ -433,8 +437,10 @@ double verify_mxfp4_table(const Plan& plan, const Task& task, AuditReaders& read
   return cosine;
 }
 
-// An INT8 or BF16 linear: every row against its decoded source.
-void verify_linear(const Plan& plan, const Task& task, AuditReaders& readers, Audit& audit) {
+// An INT8 or BF16 linear: every row against its decoded source. Returns the task's figures
+// by the report's rule (verify_int8_rows, verify_bf16_rows).
+ChunkStats verify_linear(const Plan& plan, const Task& task, AuditReaders& readers, Audit& audit) {
+  ChunkStats figures;
   const io::Reader& source = readers.source_of(plan, task);
   const io::Reader& output = readers.output_of(plan, task);
   const bool fp4 = task.codec == CodecKind::fp4_to_int8 || task.codec == CodecKind::fp4_to_bf16;
@@ -465,6 +471,36 @@ void verify_linear(const Plan& plan, const Task& task, AuditReaders& readers, Au
     audit.check(int8 ? "INT8 rows within half a step, max |q| 127" : "BF16 rows rounded from the source",
                 counts.elements_out_of_bound == 0, output_weight,
                 fmt::format("{} problems; first: {}", counts.elements_out_of_bound, counts.first_problem));
+    figures.merge(counts.sums);
+  }
+  return figures;
+}
+
+// The W8A8 report's figures made again by the recipe from verify's own row figures: each
+// kind's tensors, rows, all-zero rows, sampled rows and rel RMS error, the all-zero total
+// and the dtype totals. Equal, not close: the row terms are the same numbers, and their
+// exact sums (ExactSum) do not depend on the order they were added in.
+void check_linear_report(const Plan& plan, const nlohmann::ordered_json& report, std::span<const TaskTotals> totals,
+                         Audit& audit) {
+  const nlohmann::ordered_json expected = plan.recipe->report(plan.recipe_plan, plan.params, totals);
+  for (const char* key : {"all_zero_rows", "dtype_totals_changed_shards"}) {
+    const bool ok = report.contains(key) && report[key] == expected[key];
+    audit.check("W8A8 report figures", ok, key,
+                fmt::format("report {}, recomputed {}", report.contains(key) ? report[key].dump() : "absent", expected[key].dump()));
+  }
+  for (const char* section : {"int8", "bf16"}) {
+    const auto& reported = report.contains(section) ? report[section] : nlohmann::ordered_json::array();
+    const auto& kinds = expected[section];
+    audit.check("W8A8 report figures", reported.size() == kinds.size(), fmt::format("{} kinds", section),
+                fmt::format("report {}, recomputed {}", reported.size(), kinds.size()));
+    for (size_t k = 0; k < std::min(reported.size(), kinds.size()); ++k) {
+      for (const auto& [field, value] : kinds[k].items()) {
+        const bool ok = reported[k].contains(field) && reported[k][field] == value;
+        audit.check("W8A8 report figures", ok, fmt::format("{} {} {}", section, kinds[k].value("kind", ""), field),
+                    fmt::format("report {}, recomputed {}", reported[k].contains(field) ? reported[k][field].dump() : "absent",
+                                value.dump()));
+      }
+    }
   }
 }
 
@@ -491,8 +527,11 @@ void verify_tasks(const Plan& plan, const nlohmann::ordered_json& report, AuditR
   const auto& report_tables = report.contains("tables") ? report["tables"] : nlohmann::ordered_json::array();
   std::vector<std::string> cosines;
   std::map<size_t, std::vector<ExpertGlobalScale>> expert_groups;
+  std::vector<TaskTotals> linear_totals(plan.tasks().size());
+  bool linears = false;
   size_t table = 0;
-  for (const Task& task : plan.tasks()) {
+  for (size_t t = 0; t < plan.tasks().size(); ++t) {
+    const Task& task = plan.tasks()[t];
     if (!outputs_as_planned(plan, task, readers, audit)) continue; // its rows cannot be read as planned
     switch (task.codec) {
       case CodecKind::engram_nvfp4: {
@@ -510,9 +549,13 @@ void verify_tasks(const Plan& plan, const nlohmann::ordered_json& report, AuditR
       case CodecKind::fp8_to_int8:
       case CodecKind::fp4_to_int8:
       case CodecKind::fp8_to_bf16:
-      case CodecKind::fp4_to_bf16: verify_linear(plan, task, readers, audit); break;
+      case CodecKind::fp4_to_bf16:
+        linear_totals[t].stats = verify_linear(plan, task, readers, audit);
+        linears = true;
+        break;
     }
   }
+  if (linears) check_linear_report(plan, report, linear_totals, audit);
   check_expert_global_scales(expert_groups, audit);
   if (!cosines.empty()) audit.note("engram cosine", fmt::format("{} (min {})", fmt::join(cosines, ", "), plan.job.engram_min_cosine));
 }

@@ -42,11 +42,14 @@ struct LinearRows;
 
 // Rows of an INT8 output against their decoded source: every element within half a step
 // (scale / 2) of the source value, every non-zero row reaching max |q| == 127, every
-// all-zero row with scale 1.0 and zero codes. counts.sums gets the error sums.
+// all-zero row with scale 1.0 and zero codes. counts.sums gets the report's figures by its
+// rule: rows, blocks and all-zero rows (zero_blocks) of every row, the error sums of the
+// sampled rows (is_int8_report_row).
 void verify_int8_rows(const LinearRows& source, const int8_t* codes, const float* scales,
                       const std::string& output_tensor, VerifyCounts& counts);
 
-// Rows of a BF16 output: every element the round-to-nearest-even BF16 of its source value.
+// Rows of a BF16 output: every element the round-to-nearest-even BF16 of its source value;
+// counts.sums gets every row's error sums (the report's rule for BF16 kinds).
 void verify_bf16_rows(const LinearRows& source, const uint16_t* values, const std::string& output_tensor,
                       VerifyCounts& counts);
 

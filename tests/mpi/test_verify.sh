@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `shardq verify` passes on a finished output (rtn, mse and gptq-mse; rtn and mse tables
-# equal to the method's own bytes) and fails, naming the tensor and row, when one byte of
+# equal to the method's own bytes; mse with other search settings, read from the report)
+# and fails, naming the tensor and row, when one byte of
 # an output table is changed, when a row is re-quantized at twice the scales mse picks
 # (within the bound, not the method's bytes), when the global scale's header is F32 [1], and
 # when the report's table figures (amax, block counters, MSE wins) are not the output's.
@@ -20,6 +21,15 @@ for method in rtn mse gptq-mse; do
       { cat "$work/verify.log"; echo "FAIL: $method tables not compared with the method's bytes"; exit 1; }
   fi
 done
+
+# An mse output with other search settings: verify without the job file takes them from the
+# report (with the defaults it would make other bytes and other candidate wins).
+"$SHARDQ_BIN" run "$job" --src "$work/src" --dst "$work/mse12" --set quant.method=mse --set quant.mse_candidates=12 \
+  --set quant.mse_alpha_min=0.5 >/dev/null 2>&1
+"$SHARDQ_BIN" verify --src "$work/src" --dst "$work/mse12" >"$work/verify-mse12.log" ||
+  { cat "$work/verify-mse12.log"; echo "FAIL: verify without the job file used other mse settings"; exit 1; }
+grep -Eq "^nvfp4 table bytes as the method makes them +2 +0" "$work/verify-mse12.log" || { cat "$work/verify-mse12.log"; exit 1; }
+echo "verify: takes the job's mse settings from the report"
 
 # One row of the mse output's last table re-quantized, round to nearest, at twice each
 # block's scale: every value stays within half a step at the scale stored, so only the

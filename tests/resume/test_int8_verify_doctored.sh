@@ -12,7 +12,9 @@
 #     first: the output's is a hard link of the source's);
 #  4. one INT8 code moved two steps (now 1.5 steps or more from its source value);
 #  5. one row's weight_scale NaN, or +inf (codes unchanged);
-#  6. a .safetensors file in the folder that the index does not name.
+#  6. a .safetensors file in the folder that the index does not name;
+#  7. a report whose figures are not the output's: one all-zero row more for a kind, and
+#     another kind's rel RMS error.
 # Every case runs; those verify does not fail as it should are listed at the end.
 # The good output itself verifies (OK) first, so each failure is the doctoring's.
 # shellcheck source=lib.sh
@@ -123,6 +125,21 @@ done
 copy_of good stray
 cp "$(find "$WORK/good" -name '*.safetensors' | sort | head -1)" "$WORK/stray/model-00001-of-00099.safetensors"
 expect_fail stray-shard "$WORK/stray" "no shard files outside the index" "model-00001-of-00099.safetensors"
+
+# 7. The report's figures: one all-zero row more for ffn.experts.w2, the wq_b error halved.
+copy_of good report
+python3 - "$WORK/report/w8a8-int8.json" <<'PY'
+import json, os, sys
+path = sys.argv[1]
+report = json.load(open(path))
+kinds = {k["kind"]: k for k in report["int8"]}
+kinds["ffn.experts.w2"]["all_zero_rows"] += 1
+kinds["attn.wq_b"]["rel_rms_error"] /= 2
+os.unlink(path)  # a hard link of the good output's: replaced, never written through
+json.dump(report, open(path, "w"), indent=2)
+PY
+expect_fail report-zero-rows "$WORK/report" "W8A8 report figures" "int8 ffn.experts.w2 all_zero_rows: report"
+expect_fail report-error "$WORK/report" "W8A8 report figures" "int8 attn.wq_b rel_rms_error: report"
 
 # The good output was never written through.
 "$SHARDQ_BIN" verify --src "$WORK/src" --dst "$WORK/good" "$JOBINT8" >"$WORK/verify-good-again.log" ||
