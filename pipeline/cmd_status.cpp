@@ -1,15 +1,20 @@
 // `shardq status CHECKPOINT|DST`: a run's progress for people. Reads whichever complete
 // generation is on disk (saves rename whole files, so this is safe during a run).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/commands.h"
 #include "pipeline/io/config.h"
+#include "pipeline/io/index.h"
+#include "pipeline/plan.h"
 #include "pipeline/work.h"
 
 namespace shardq {
@@ -59,7 +64,8 @@ std::string utc_time(int64_t unix_seconds) {
 void print_header(const std::string& path, const LoadResult& loaded) {
   const CheckpointState& s = loaded.state;
   fmt::print("checkpoint: {} (generation {}, updated {})\n", path, s.generation, utc_time(s.updated_unix));
-  if (loaded.fell_back) fmt::print("note: {}\n", loaded.note);
+  // Also a journal record cut short or damaged: the figures below stop before it.
+  if (!loaded.note.empty()) fmt::print("note: {}\n", loaded.note);
   fmt::print("fingerprint:{}\n", s.fingerprint.empty() ? " (none)" : "");
   for (const auto& [field, value] : s.fingerprint) fmt::print("  {}={}\n", field, value); // whole: what a mismatch names
 }
@@ -108,13 +114,15 @@ ChunkProgress print_chunks(const CheckpointState& s) {
   return total;
 }
 
-void print_rates(const CheckpointState& s, const ChunkProgress& total) {
+void print_rates(const CheckpointState& s, const ChunkProgress& total, bool files_missing) {
   fmt::print("elapsed: {}\n", duration(s.elapsed_seconds));
   const double chunk_rate = total.chunk_seconds > 0 ? double(total.rows_done) / total.chunk_seconds : 0;
   const double wall_rate = s.elapsed_seconds > 0 ? double(total.rows_done) / s.elapsed_seconds : 0;
   fmt::print("rows/s: {:.0f} per chunk-second (done rows / sum of chunk times), {:.0f} wall\n", chunk_rate, wall_rate);
   const uint64_t remaining = total.rows - std::min(total.rows, total.rows_done);
-  if (remaining == 0)
+  if (remaining == 0 && files_missing)
+    fmt::print("eta: unknown (every chunk done, but finished files are missing: see below)\n");
+  else if (remaining == 0)
     fmt::print("eta: done\n");
   else if (wall_rate > 0)
     fmt::print("eta: {} ({} rows left at the wall rate)\n", duration(double(remaining) / wall_rate), remaining);
@@ -122,25 +130,55 @@ void print_rates(const CheckpointState& s, const ChunkProgress& total) {
     fmt::print("eta: unknown ({} rows left, no rate yet)\n", remaining);
 }
 
-// The running (or last) run's ranks, from the figures rank 0 writes beside the checkpoint.
+// The running (or last) run's ranks, from the figures rank 0 writes beside the checkpoint;
+// read whole before anything is printed, so a malformed file names itself and prints nothing.
 void print_ranks(const std::string& checkpoint) {
   const auto path = rank_figures_path(checkpoint);
   if (!std::filesystem::exists(path)) return;
   const auto figures = io::read_json_object(path);
-  const double seconds = figures.value("run_seconds", 0.0);
-  fmt::print("ranks (this run, {}):\n", duration(seconds));
-  for (const auto& rank : figures.at("ranks")) {
-    const auto rows = rank.at("rows").get<uint64_t>();
-    fmt::print("  rank {:>3}  {:<16}  {:>3} threads  {} rows  {:.0f} rows/s\n", rank.at("rank").get<int>(),
-               rank.at("host").get<std::string>(), rank.at("threads").get<int>(), rows,
-               seconds > 0 ? double(rows) / seconds : 0.0);
+  std::vector<std::string> lines;
+  double seconds = 0;
+  try {
+    seconds = figures.value("run_seconds", 0.0);
+    for (const auto& rank : figures.at("ranks")) {
+      const auto rows = rank.at("rows").get<uint64_t>();
+      lines.push_back(fmt::format("  rank {:>3}  {:<16}  {:>3} threads  {} rows  {:.0f} rows/s\n", rank.at("rank").get<int>(),
+                                  rank.at("host").get<std::string>(), rank.at("threads").get<int>(), rows,
+                                  seconds > 0 ? double(rows) / seconds : 0.0));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw PipelineError(fmt::format("{}: not the rank figures a run writes (run_seconds, ranks: rank, host, threads, "
+                                    "rows): {}", path.string(), e.what()));
   }
+  fmt::print("ranks (this run, {}):\n", duration(seconds));
+  for (const auto& line : lines) fmt::print("{}", line);
+}
+
+// The finished steps whose files are no longer in the output folder: a run would take
+// them back and make them again (run.cpp, forget_what_is_not_on_disk).
+std::vector<std::string> missing_finished_files(const CheckpointState& s) {
+  const auto dst = std::find_if(s.fingerprint.begin(), s.fingerprint.end(), [](const auto& f) { return f.first == "dst"; });
+  if (dst == s.fingerprint.end()) return {};
+  std::vector<std::string> missing;
+  for (const auto& step : s.finished) {
+    std::string file;
+    if (step.rfind("shard:", 0) == 0) file = step.substr(6);
+    else if (step == "index") file = io::kIndexFileName;
+    else if (step == "config") file = kConfigFile;
+    if (!file.empty() && !std::filesystem::exists(std::filesystem::path(dst->second) / file)) missing.push_back(file);
+  }
+  return missing;
 }
 
 void print_finished(const CheckpointState& s) {
   std::string steps;
   for (const auto& step : s.finished) steps += (steps.empty() ? "" : ", ") + step;
   fmt::print("finished: {}\n", steps.empty() ? "(none)" : steps);
+  const std::vector<std::string> missing = missing_finished_files(s);
+  if (!missing.empty()) {
+    fmt::print("missing: {} (recorded finished, not in the output folder: the next run makes them again)\n",
+               fmt::join(missing, ", "));
+  }
 }
 
 } // namespace
@@ -155,7 +193,7 @@ int cmd_status(const StatusArgs& args) {
   print_header(path, *loaded);
   print_stages(loaded->state);
   const ChunkProgress total = print_chunks(loaded->state);
-  print_rates(loaded->state, total);
+  print_rates(loaded->state, total, !missing_finished_files(loaded->state).empty());
   print_ranks(path);
   print_finished(loaded->state);
   std::fflush(stdout);

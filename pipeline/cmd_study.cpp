@@ -3,7 +3,11 @@
 // shrinks the scale, speed, per hash column; study.json and study.png (gnuplot).
 #include <fmt/format.h>
 
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -37,6 +41,22 @@ std::vector<std::string> split_methods(const std::string& text) {
   return methods;
 }
 
+} // namespace
+
+std::string study_methods_error(const std::string& methods) {
+  const std::vector<std::string> names = split_methods(methods);
+  if (names.empty()) return "no method given (rtn, mse, gptq, gptq-mse)";
+  const std::set<std::string> known = {"rtn", "mse", "gptq", "gptq-mse"};
+  std::set<std::string> seen;
+  for (const auto& name : names) {
+    if (!known.count(name)) return fmt::format("'{}' is not a method (rtn, mse, gptq, gptq-mse)", name);
+    if (!seen.insert(name).second) return fmt::format("'{}' is given twice", name);
+  }
+  return {};
+}
+
+namespace {
+
 // Sampled rows of one hash column: distinct, sorted, seeded.
 std::vector<uint64_t> sample_column(uint64_t offset, uint64_t prime, uint64_t count, uint64_t seed, int column) {
   std::set<uint64_t> rows;
@@ -61,6 +81,27 @@ double below_amax_share(const MethodResult& m, int candidates) {
   return 1.0 - double(m.total.candidate_wins[size_t(candidates - 1)]) / double(m.total.blocks);
 }
 
+std::string gnuplot_quoted(const std::string& text) {
+  std::string quoted;
+  for (char c : text) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  return quoted;
+}
+
+// Runs a program found on PATH with these arguments (no shell) and returns its exit
+// status, or -1 when it could not be started or did not exit normally.
+int run_program(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 void write_plot(const std::filesystem::path& out, const std::vector<MethodResult>& results, int columns) {
   const auto data = out / "study.dat";
   std::ofstream dat(data);
@@ -73,17 +114,21 @@ void write_plot(const std::filesystem::path& out, const std::vector<MethodResult
     dat << '\n';
   }
   dat.close();
+  // The script goes to a file and gnuplot runs it with no shell between: a path is data,
+  // quoted for gnuplot (in its single-quoted strings a quote is written twice).
   std::string plot = fmt::format(
-      "set terminal pngcairo size 1000,560; set output '{}'; set title 'Weighted error ||W_c e||^2 / ||W_c x||^2 per hash column';"
-      " set xlabel 'hash column'; set ylabel 'weighted relative error'; set key outside; set grid; plot ",
-      (out / "study.png").string());
+      "set terminal pngcairo size 1000,560\nset output '{}'\nset title 'Weighted error ||W_c e||^2 / ||W_c x||^2 per hash column'\n"
+      "set xlabel 'hash column'\nset ylabel 'weighted relative error'\nset key outside\nset grid\nplot ",
+      gnuplot_quoted((out / "study.png").string()));
   for (size_t i = 0; i < results.size(); ++i) {
-    plot += fmt::format("{}'{}' using 1:{} with linespoints title '{}'", i ? ", " : "", data.string(), i + 2, results[i].name);
+    plot += fmt::format("{}'{}' using 1:{} with linespoints title '{}'", i ? ", " : "", gnuplot_quoted(data.string()), i + 2,
+                        results[i].name);
   }
-  const std::string command = "gnuplot -e \"" + plot + "\" 2>&1";
-  if (std::system(command.c_str()) != 0 || !std::filesystem::exists(out / "study.png")) {
-    throw PipelineError(fmt::format("{}: gnuplot could not draw study.png (is gnuplot installed? scripts/deps.sh installs it)",
-                                    (out / "study.png").string()));
+  const auto script = out / "study.gp";
+  std::ofstream(script) << plot << '\n';
+  if (run_program({"gnuplot", script.string()}) != 0 || !std::filesystem::exists(out / "study.png")) {
+    throw PipelineError(fmt::format("{}: gnuplot {} could not draw study.png (is gnuplot installed? scripts/deps.sh "
+                                    "installs it)", (out / "study.png").string(), script.string()));
   }
 }
 
@@ -102,6 +147,10 @@ int cmd_study(const StudyArgs& args) {
   const auto& weight = reader.tensor(table.inputs[0]);
   const auto& scale = reader.tensor(table.inputs[1]);
   const int columns = layout.columns(), cols = table.cols;
+  if (args.sample < uint64_t(columns)) {
+    throw PipelineError(fmt::format("--sample {}: layer {} has {} hash columns, and each needs a sampled row", args.sample,
+                                    table.layer, columns));
+  }
 
   // The table's global scale comes from every row, as in a run.
   float amax = 0.0f;

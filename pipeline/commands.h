@@ -64,5 +64,8 @@ struct StudyArgs {
   uint64_t seed = 1;
 };
 int cmd_study(const StudyArgs& args);
+// --methods checked before any work: empty when every comma-separated name is a method
+// (rtn, mse, gptq, gptq-mse) and none repeats, else what is wrong.
+std::string study_methods_error(const std::string& methods);
 
 } // namespace shardq

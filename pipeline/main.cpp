@@ -1,5 +1,7 @@
 // shardq entry point: parses the CLI and turns any error into one line and an exit code.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -26,6 +28,44 @@ void install_stop_signals_for_run(int argc, char** argv, char**) {
 }
 [[gnu::section(".preinit_array"), gnu::used]] constexpr auto kStopSignalsFirst = &install_stop_signals_for_run;
 
+const CLI::Validator kNotEmpty(
+    [](const std::string& text) { return text.empty() ? std::string("must not be empty") : std::string(); }, "PATH");
+
+// Unsigned options are checked as text first: CLI11 would wrap "-5" round to 2^64 - 5.
+bool all_digits(const std::string& text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+const CLI::Validator kWholeNumber(
+    [](const std::string& text) { return all_digits(text) ? std::string() : "must be a whole number, 0 or more, not " + text; },
+    "N");
+const CLI::Validator kCount(
+    [](const std::string& text) {
+      return all_digits(text) && text.find_first_not_of('0') != std::string::npos ? std::string()
+                                                                                  : "must be a whole number above 0, not " + text;
+    },
+    "N");
+
+const char* const kSubcommands[] = {"inspect", "fixture", "run", "status", "verify", "study"};
+
+// A first argument that is neither an option nor a subcommand: CLI11 would only say "A
+// subcommand is required".
+bool refuse_unknown_subcommand(int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  for (const char* name : kSubcommands) {
+    if (std::strcmp(argv[1], name) == 0) return false;
+  }
+  std::fprintf(stderr, "shardq: unknown subcommand '%s' (inspect, fixture, run, status, verify, study; --help)\n", argv[1]);
+  return true;
+}
+
+// What a command printed must have reached its file: a full disk under `inspect > file`
+// is an error, not a short table and exit 0.
+int checked_stdout(int code) {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return code;
+  std::fprintf(stderr, "shardq: error: writing the standard output failed: %s\n", std::strerror(errno));
+  return code == shardq::kExitOk ? shardq::kExitError : code;
+}
+
 void add_inspect(CLI::App& app, shardq::InspectArgs& args) {
   auto* sub = app.add_subcommand("inspect", "Print the tensor table of one shard");
   sub->add_option("file", args.file, "safetensors shard")->required();
@@ -33,17 +73,19 @@ void add_inspect(CLI::App& app, shardq::InspectArgs& args) {
 
 void add_fixture(CLI::App& app, shardq::FixtureArgs& args) {
   auto* sub = app.add_subcommand("fixture", "Write a miniature DeepSeek-V4.1 checkpoint");
-  sub->add_option("--preset", args.preset, "dsv41-mini | dsv41-mini-ref-nvfp4");
+  sub->add_option("--preset", args.preset, "dsv41-mini | dsv41-mini-ref-nvfp4")
+      ->check(CLI::IsMember({"dsv41-mini", "dsv41-mini-ref-nvfp4"}));
   sub->add_option("--shape", args.shape,
                   "mini (default): hidden 256, 16 layers x 8 routed experts, 2 MTP layers, 6 shards (~60 MB) | "
                   "real-count: the real model's tensor count at small sizes: 40 layers x 384 routed experts "
                   "+ 3 MTP layers (49,536 expert projections, 100K tensors; the reference 193K), Engram at "
                   "layers 1 and 14, hidden 64, moe_intermediate 32, one shard per layer: 46 shards (~90 MB)")
       ->check(CLI::IsMember({"mini", "real-count"}));
-  sub->add_option("--out", args.out, "output folder")->required();
+  sub->add_option("--out", args.out, "output folder (new or empty)")->required()->check(kNotEmpty);
   sub->add_option("--engram-vocab", args.engram_vocab,
-                  "engram_vocab_size (scales the tables; default 2000, real-count 300)");
-  sub->add_option("--seed", args.seed, "random seed (same seed, same bytes)");
+                  "engram_vocab_size (scales the tables; default 2000, real-count 300)")
+      ->check(kCount);
+  sub->add_option("--seed", args.seed, "random seed (same seed, same bytes)")->check(kWholeNumber);
 }
 
 void add_run(CLI::App& app, shardq::RunArgs& args) {
@@ -75,10 +117,11 @@ void add_study(CLI::App& app, shardq::StudyArgs& args) {
   auto* sub = app.add_subcommand("study", "Compare quantization methods on sampled Engram rows");
   sub->add_option("--src", args.src)->required();
   sub->add_option("--layer", args.layer)->required();
-  sub->add_option("--sample", args.sample);
-  sub->add_option("--methods", args.methods);
-  sub->add_option("--out", args.out, "output folder for study.json and study.png");
-  sub->add_option("--seed", args.seed);
+  sub->add_option("--sample", args.sample, "sampled rows, at least one per hash column")->check(kCount);
+  sub->add_option("--methods", args.methods, "comma-separated: rtn, mse, gptq, gptq-mse")
+      ->check(CLI::Validator(shardq::study_methods_error, "METHOD[,METHOD...]"));
+  sub->add_option("--out", args.out, "output folder for study.json and study.png")->check(kNotEmpty);
+  sub->add_option("--seed", args.seed)->check(kWholeNumber);
 }
 
 } // namespace
@@ -101,18 +144,19 @@ int main(int argc, char** argv) {
   add_status(app, status);
   add_verify(app, verify);
   add_study(app, study);
+  if (refuse_unknown_subcommand(argc, argv)) return shardq::kExitUsage;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? shardq::kExitOk : shardq::kExitUsage;
   }
   try {
-    if (app.got_subcommand("inspect")) return shardq::cmd_inspect(inspect);
-    if (app.got_subcommand("fixture")) return shardq::cmd_fixture(fixture);
+    if (app.got_subcommand("inspect")) return checked_stdout(shardq::cmd_inspect(inspect));
+    if (app.got_subcommand("fixture")) return checked_stdout(shardq::cmd_fixture(fixture));
     if (app.got_subcommand("run")) return shardq::cmd_run(run);
-    if (app.got_subcommand("status")) return shardq::cmd_status(status);
-    if (app.got_subcommand("verify")) return shardq::cmd_verify(verify);
-    if (app.got_subcommand("study")) return shardq::cmd_study(study);
+    if (app.got_subcommand("status")) return checked_stdout(shardq::cmd_status(status));
+    if (app.got_subcommand("verify")) return checked_stdout(shardq::cmd_verify(verify));
+    if (app.got_subcommand("study")) return checked_stdout(shardq::cmd_study(study));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "shardq: error: %s\n", e.what());
     return shardq::kExitError;

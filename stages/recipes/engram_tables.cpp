@@ -40,6 +40,10 @@ std::vector<EngramTable> engram_tables(const CheckpointView& source, const Engra
       throw StageError(fmt::format("{}: Engram table '{}' has no '{}' in the same shard", file, table.weight, table.scale));
     }
     if (weight.spec.shape.size() != 2) throw StageError(fmt::format("{}: tensor '{}' must be 2-D [rows, 256]", file, table.weight));
+    if (weight.spec.dtype != Dtype::F8_E4M3) { // an already packed table (NVFP4, MXFP4) has half the columns
+      throw StageError(fmt::format("{}: Engram table '{}' is {} {}; F8_E4M3 [rows, {}] was expected", file, table.weight,
+                                   dtype_name(weight.spec.dtype), shape_text(weight.spec.shape), layout.config().head_dim));
+    }
     table.rows = weight.spec.shape[0];
     table.cols = int(weight.spec.shape[1]);
     table.shard = weight.shard;

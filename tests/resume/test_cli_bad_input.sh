@@ -9,6 +9,11 @@
 #  shard that does not exist: the error line names the index (and the shard), no output
 #  index is written in dst.
 # `shardq run --set section.key=v` where the job file holds `section` as a plain value.
+# The other commands: an unknown subcommand, a negative or zero count, an unknown preset or
+# study method are usage errors (exit 2) naming the option; `fixture` into a folder that is
+# not empty, `study` with fewer sampled rows than hash columns and `inspect` into a full
+# disk are errors (exit 1); a `study --out` path with a quote and `$(...)` is a path (the
+# plot is drawn there, nothing is run).
 # Each command's whole output (stdout and stderr) must be that one `shardq: error:` line.
 # Env: SHARDQ_BIN, SHARDQ_SOURCE_DIR. Exit 77 (skip) without SHARDQ_BIN.
 # shellcheck source-path=SCRIPTDIR source=counting_lib.sh
@@ -118,6 +123,36 @@ else
   rc=$?
   [ "$rc" -eq 1 ] || fail "set-into-value: exit $rc, 1 expected"
   check_error_line set-into-value "$work/value-section.log" "--set 'run.threads=2'" "'run' in the job file is a value"
+fi
+
+# expect_exit LABEL CODE TEXT ARGS...: shardq ARGS exits CODE and its output says TEXT.
+expect_exit() {
+  local label=$1 code=$2 text=$3 rc=0
+  shift 3
+  "$SHARDQ_BIN" "$@" >"$work/$label.log" 2>&1 || rc=$?
+  [ "$rc" -eq "$code" ] || { fail "$label: exit $rc, $code expected"; cat "$work/$label.log"; return 0; }
+  grep -qF -- "$text" "$work/$label.log" || { fail "$label: the output does not say '$text'"; cat "$work/$label.log"; }
+  echo "ok: $label: exit $rc: $(head -n 1 "$work/$label.log")"
+}
+expect_exit unknown-subcommand 2 "unknown subcommand 'bogus'" bogus
+expect_exit negative-vocab 2 "--engram-vocab: must be a whole number above 0, not -5" fixture --out "$work/f-neg" --engram-vocab -5
+expect_exit zero-sample 2 "--sample: must be a whole number above 0, not 0" study --src "$work/src" --layer 1 --sample 0
+expect_exit unknown-preset 2 "--preset: foo not in" fixture --out "$work/f-preset" --preset foo
+expect_exit study-method 2 "'fast' is not a method" study --src "$work/src" --layer 1 --methods rtn,fast
+expect_exit study-method-twice 2 "'rtn' is given twice" study --src "$work/src" --layer 1 --methods rtn,rtn
+[ ! -e "$work/f-neg" ] && [ ! -e "$work/f-preset" ] || fail "a refused fixture made its folder"
+expect_exit fixture-not-empty 1 "$work/src is not empty" fixture --out "$work/src"
+expect_exit study-sample 1 "--sample 5: layer 1 has 24 hash columns" study --src "$work/src" --layer 1 --sample 5 --methods rtn
+rc=0
+"$SHARDQ_BIN" inspect "$work/good.safetensors" >/dev/full 2>"$work/full.log" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "No space left" "$work/full.log" || { fail "inspect into a full disk: exit $rc"; cat "$work/full.log"; }
+study_out="$work/it's \$(touch $work/ran)"
+if command -v gnuplot >/dev/null; then
+  "$SHARDQ_BIN" study --src "$work/src" --layer 1 --sample 48 --methods rtn --out "$study_out" >"$work/study.log" 2>&1 ||
+    { fail "study into a folder named with a quote failed"; cat "$work/study.log"; }
+  [ -s "$study_out/study.png" ] || fail "study drew no plot in '$study_out'"
+  [ ! -e "$work/ran" ] || fail "study ran a command from its --out path"
+  echo "ok: study --out '$study_out': plot drawn, nothing run"
 fi
 
 [ "$failures" -eq 0 ] || { echo "test_cli_bad_input: $failures failures"; exit 1; }

@@ -147,6 +147,42 @@ TEST_F(CliStatusTest, SaysWhenItFellBack) {
   EXPECT_NE(o.out.find("note: newest generation unusable"), std::string::npos) << o.out;
 }
 
+// Finished steps whose files are gone from the output folder (the fingerprint's dst) are
+// named, and a run with every chunk done is not called done: the next run makes them again.
+TEST_F(CliStatusTest, NamesFinishedFilesMissingFromTheOutput) {
+  CheckpointState s = three_of_ten_done();
+  for (auto& chunk : s.tasks[0].chunks) chunk.state = kChunkDone;
+  const fs::path out = dir_ / "dst";
+  fs::create_directories(out);
+  std::ofstream(out / "config.json") << "{}";
+  s.fingerprint.push_back({"dst", out.string()});
+  s.finished = {"shard:model-00001-of-00001.safetensors", "index", "config"};
+  save_checkpoint(path_, s);
+  const Outcome o = status(path_);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("missing: model-00001-of-00001.safetensors, model.safetensors.index.json ("), std::string::npos)
+      << o.out;
+  EXPECT_EQ(o.out.find("eta: done"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("eta: unknown (every chunk done, but finished files are missing"), std::string::npos) << o.out;
+  std::ofstream(out / "model-00001-of-00001.safetensors") << "x";
+  std::ofstream(out / "model.safetensors.index.json") << "{}";
+  const Outcome whole = status(path_, "whole");
+  EXPECT_EQ(whole.out.find("missing:"), std::string::npos) << whole.out;
+  EXPECT_NE(whole.out.find("eta: done"), std::string::npos) << whole.out;
+}
+
+// The rank figures beside the checkpoint, malformed: one error line naming that file.
+TEST_F(CliStatusTest, MalformedRankFiguresNameTheirFile) {
+  save_checkpoint(path_, three_of_ten_done());
+  const fs::path figures = path_.string() + ".ranks.json";
+  std::ofstream(figures) << R"({"run_seconds": 1})";
+  const Outcome o = status(path_);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.err.find("shardq: error: " + figures.string() + ": not the rank figures a run writes"), std::string::npos)
+      << o.err;
+  EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << o.err;
+}
+
 TEST_F(CliStatusTest, GarbageIsOneLineErrorNamingTheFile) {
   std::ofstream(path_, std::ios::binary) << "this is not a checkpoint";
   const Outcome o = status(path_);
