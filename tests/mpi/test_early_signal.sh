@@ -3,7 +3,7 @@
 # at 0-600 ms after the process can catch it (its handlers go in before the shared
 # libraries' constructors, so these instants cover the constructors, the CLI, MPI_Init,
 # the plan, the lock and rank 0's setup) ends the run with exit 75 (or 0 if it had
-# finished), never 143, with no error; the lock is gone and the same command then
+# finished; at 0 ms without mpirun it cannot have: 75), never 143, with no error; the lock is gone and the same command then
 # completes to the bytes of an uninterrupted run. Without mpirun, and on 2 ranks under
 # mpirun with every rank signalled (what srun does).
 # Only exec and dynamic loading come before the handlers (~20 ms on a loaded 2-core VM):
@@ -48,6 +48,7 @@ signal_targets() {
 }
 
 CASES=0
+STOPPED=0 # runs that the signal stopped (exit 75): a run that ignored it would finish with 0
 # early_case NP SIGNAL DELAY_MS
 early_case() {
   local np=$1 signal=$2 delay=$3
@@ -66,10 +67,14 @@ early_case() {
   local rc=0
   wait "$pid" || rc=$?
   [[ $rc == 75 || $rc == 0 ]] || fail "$name: exit $rc (expected 75, or 0 if finished): $(tail -5 "$log")"
+  # A signal the moment the handlers are in comes long before the work could end (the
+  # libraries' constructors, the CLI and MPI_Init are still to come): it must stop the run.
+  ((np != 0 || delay != 0 || rc == 75)) || fail "$name: the signal at start-up did not stop the run (exit $rc)"
   grep -q "shardq: error" "$log" && fail "$name: an error instead of a stop: $(grep 'shardq: error' "$log")"
   [[ ! -e $dst/.shardq/run.lock ]] || fail "$name: the lock outlived the run"
   local how="exit $rc"
   if ((rc == 75)); then
+    STOPPED=$((STOPPED + 1))
     run_shardq "$np" "$log.rerun" "$JOB" "${COMMON[@]}" --dst "$dst" || fail "$name: the rerun failed: $(tail -5 "$log.rerun")"
     how+=", rerun complete"
   fi
@@ -88,4 +93,4 @@ done
 for delay in 0 30 100 300; do
   early_case 2 "${SIGNALS[i++ % 3]}" "$delay"
 done
-echo "PASS: $CASES stops during start-up, each exit 75 or 0 and a rerun to the same bytes"
+echo "PASS: $CASES stops during start-up ($STOPPED stopped with 75, the rest had finished), each rerun to the same bytes"

@@ -143,7 +143,7 @@ SHARDQ_LOG=debug run_shardq 2 "$WORK/resumed.log" "${INT8[@]}" --dst "$WORK/kill
 echo "resume after the kill: $(seconds_since "$start") s (ranks started at $(log_offset "$WORK/resumed.log" "$start" ' tasks, ') s)," \
   "$(checkpoint_size "$WORK/killed")"
 grep -q "resuming from" "$WORK/resumed.log" || fail "the run after the kill did not resume: $(head -3 "$WORK/resumed.log")"
-check_no_redo "$WORK/done-before-resume" "$WORK/resumed.log"
+check_resumed_without_redo "$WORK/done-before-resume" "$WORK/resumed.log"
 same_output "$WORK/int8" "$WORK/killed"
 ((${#SLOW[@]} == 0)) || fail "too slow at the real model's task count: $(printf '%s; ' "${SLOW[@]}")"
 echo "PASS: real-count fixture ($experts expert projections): w8a8-int8 and nvfp4-1017 on 2 ranks, verified," \

@@ -182,6 +182,14 @@ check_no_redo() {
   [[ -z "$redone" ]] || fail "chunks recorded done were computed again: $(echo "$redone" | tr '\n' ';') (log $2)"
 }
 
+# check_resumed_without_redo BEFORE_DONE LOG: check_no_redo for a resume that had chunks
+# left to do, so it must have logged assignments (SHARDQ_LOG=debug): with none the check
+# would see nothing.
+check_resumed_without_redo() {
+  [[ -n $(assigned_quantize "$2") ]] || fail "no quantize assignment logged in $2: the no-redo check would be vacuous"
+  check_no_redo "$@"
+}
+
 # digest DST: one line per output file: sha256 and name; the report is compared without
 # its timing fields (run section, per-table chunks/compute_seconds/rows_per_compute_second).
 digest() {

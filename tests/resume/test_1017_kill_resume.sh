@@ -18,14 +18,23 @@ run_shardq 0 "$WORK/ref.log" "${ARGS[@]}" --dst "$WORK/uninterrupted" || fail "u
 DST="$WORK/out"
 export SHARDQ_TEST_CHUNK_DELAY_MS=5
 kills=0
+killed_stages=()
 for spec in reduce:40 reduce:200 quantize:30 save:2 quantize:200 wall:1.5 save:3 finalize:1 finalize:1 index:1 config:1 report:1; do
   np=$((kills % 3))
   rc=0
   killed_run "$spec" "$np" "$WORK/$kills.log" "${ARGS[@]}" --dst "$DST" || rc=$?
   grep -q "shardq: error" "$WORK/$kills.log" && fail "$spec: the run failed instead of being killed: $(grep 'shardq: error' "$WORK/$kills.log")"
   echo "kill at $spec on $np ranks (0 = no mpirun): exit $rc"
-  ((rc != 0)) && kills=$((kills + 1))
+  if ((rc != 0)); then
+    kills=$((kills + 1))
+    killed_stages+=("${spec%%:*}")
+  fi
   sleep 0.2 # the killed ranks' ends
+done
+# Every stage's crash point must have fired at least once (the wall-clock kill may come
+# after its run ended, and a repeated spec may find its stage done).
+for stage in reduce quantize save finalize index config report; do
+  [[ " ${killed_stages[*]} " == *" $stage "* ]] || fail "no kill in the $stage stage happened (killed: ${killed_stages[*]})"
 done
 ((kills >= 8)) || fail "only $kills of the planned kills happened"
 run_shardq 2 "$WORK/final.log" "${ARGS[@]}" --dst "$DST" || fail "final resume: $(tail -3 "$WORK/final.log")"

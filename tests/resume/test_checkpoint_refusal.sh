@@ -11,7 +11,7 @@
 #   - --fresh starts over, also over shards another job finalized;
 #   - the same command on a finished job exits 0 and does nothing; a complete output
 #     without its checkpoint needs --force;
-#   - h5dump reads the checkpoint.
+#   - h5dump reads the checkpoint; `status` says where a damaged journal's replay stopped.
 source "$(dirname "$0")/lib.sh"
 
 make_fixture "$WORK/src"
@@ -41,6 +41,16 @@ for attempt in 1 2; do
 done
 (($(done_chunks "$CKPT" | wc -l) > 0)) || fail "no chunk recorded before the crash"
 [[ -s "$CKPT.journal" ]] || fail "the saves after the base left no journal"
+
+# `status` on a copy whose journal has a damaged record says where the replay stopped (its
+# figures stop there), as the run does.
+mkdir "$WORK/journal-copy"
+cp "$CKPT" "$CKPT.journal" "$WORK/journal-copy/"
+journal_copy="$WORK/journal-copy/checkpoint.h5.journal"
+printf '\xff' | dd of="$journal_copy" bs=1 seek=$(($(stat -c %s "$journal_copy") - 1)) conv=notrunc status=none
+"$SHARDQ_BIN" status "$WORK/journal-copy/checkpoint.h5" >"$WORK/journal-status.log" 2>&1 || fail "status on a damaged journal failed"
+grep -q "^note: $journal_copy: record [0-9]* at byte [0-9]* is cut short or damaged" "$WORK/journal-status.log" ||
+  fail "status does not say the journal is damaged: $(head -4 "$WORK/journal-status.log")"
 
 h5dump -H "$CKPT" >"$WORK/h5dump.txt" || fail "h5dump cannot read $CKPT"
 grep -q 'DATASET "state"' "$WORK/h5dump.txt" || fail "h5dump shows no chunk state"
@@ -110,9 +120,11 @@ echo "flipped: $(grep -o 'newest generation unusable.*' "$WORK/flipped.log" | cu
 
 # Missing newest generation: .prev alone is resumed to the end, keeping the .partial
 # shards (the chunks .prev records done are not recomputed).
+done_chunks "$CKPT.prev" >"$WORK/prev_done"
 rm "$CKPT"
-run_shardq 0 "$WORK/missing.log" "${ARGS[@]}" || fail "resuming from .prev alone failed: $(tail -3 "$WORK/missing.log")"
+SHARDQ_LOG=debug run_shardq 0 "$WORK/missing.log" "${ARGS[@]}" || fail "resuming from .prev alone failed: $(tail -3 "$WORK/missing.log")"
 grep -q "using the previous one" "$WORK/missing.log" || fail "no fallback note for a missing checkpoint"
+check_resumed_without_redo "$WORK/prev_done" "$WORK/missing.log"
 same_output "$WORK/ref" "$DST"
 
 # A generation saved before the shards were renamed (chunks still pending), resumed after

@@ -77,6 +77,6 @@ done_chunks "$MNT/ckpt/checkpoint.h5" >"$WORK/done_before"
 SHARDQ_LOG=debug run_shardq 0 "$WORK/resume.log" "${ARGS[@]}" "${SLOW[@]}" ||
   fail "the resume failed: $(tail -3 "$WORK/resume.log")"
 grep -q "resuming from" "$WORK/resume.log" || fail "the run after freeing space did not resume"
-check_no_redo "$WORK/done_before" "$WORK/resume.log"
+check_resumed_without_redo "$WORK/done_before" "$WORK/resume.log"
 same_output "$WORK/ref" "$DST"
 echo "PASS: a full disk is reported with path and bytes, and the run resumes once there is room"

@@ -100,6 +100,8 @@ copy_of good engram
 edit_tensor "$WORK/engram" layers.1.engram.embed.weight byte=12345:0x01
 engram_shard=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["weight_map"]["layers.1.engram.embed.weight"])' "$WORK/good/model.safetensors.index.json")
 cmp -s "$WORK/src/$engram_shard" "$WORK/good/$engram_shard" || fail "the edit went through to the good output or the source"
+[[ $(stat -c %i "$WORK/good/$engram_shard") != $(stat -c %i "$WORK/engram/$engram_shard") ]] || fail "the edit wrote through a hard link"
+! cmp -s "$WORK/good/$engram_shard" "$WORK/engram/$engram_shard" || fail "the edit changed nothing"
 expect_fail engram-byte "$WORK/engram" "Engram tables identical to the source" "$engram_shard"
 
 # 4. One INT8 code of an FP4 expert and one of an FP8 linear, each in its own copy.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -464,9 +465,9 @@ TEST_F(CheckpointTest, RefusesWhatItCannotStore) {
 }
 
 TEST_F(CheckpointTest, ChecksumCoversEveryField) {
-  const CheckpointState base = some_state(1);
+  const CheckpointState base = some_state(1, 40, /*factors=*/true);
   const uint64_t reference = checkpoint_checksum(base);
-  std::vector<CheckpointState> variants(9, base);
+  std::vector<CheckpointState> variants(18, base);
   variants[0].fingerprint[0].second += "x";
   variants[1].tasks[0].chunks[3].stats.weighted_reference_sq.value += 1;
   variants[2].tasks[1].reductions[0].done ^= 1;
@@ -476,6 +477,16 @@ TEST_F(CheckpointTest, ChecksumCoversEveryField) {
   variants[6].tasks[3].chunks[1].stats.inexact_blocks += 1;
   variants[7].tasks[2].name += "x";
   variants[8].tasks[3].stacked_tensors += 1;
+  ChunkRecord& chunk = variants[9].tasks[0].chunks[0];
+  chunk.state = chunk.state == kChunkDone ? kChunkPending : kChunkDone;
+  variants[10].tasks[0].chunks[1].checksum += 1;
+  variants[11].tasks[0].chunks[2].seconds += 1e-9;
+  variants[12].tasks[1].reductions[0].value = std::nextafter(variants[12].tasks[1].reductions[0].value, 1e30f);
+  variants[13].tasks[2].rows += 1;
+  variants[14].generation += 1;
+  variants[15].updated_unix += 1;
+  variants[16].blobs[0].values[0] = std::nextafter(variants[16].blobs[0].values[0], 1e300);
+  variants[17].blobs[1].name += "x";
   for (size_t i = 0; i < variants.size(); ++i) EXPECT_NE(checkpoint_checksum(variants[i]), reference) << i;
 }
 
