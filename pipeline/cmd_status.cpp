@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -188,7 +189,12 @@ int cmd_status(const StatusArgs& args) {
   const std::string path = std::filesystem::is_directory(args.checkpoint)
                                ? (std::filesystem::path(args.checkpoint) / ".shardq" / "checkpoint.h5").string()
                                : args.checkpoint;
-  const auto loaded = load_checkpoint(path);
+  std::optional<LoadResult> loaded;
+  try {
+    loaded = load_checkpoint(path);
+  } catch (const PipelineError& e) { // its advice (--fresh) is an option of run, not of status
+    throw PipelineError(std::string(e.what()) + " (`shardq run ... --fresh`; status only reads)");
+  }
   if (!loaded) throw PipelineError("no checkpoint at " + path + " (nor " + path + ".prev)");
   print_header(path, *loaded);
   print_stages(loaded->state);

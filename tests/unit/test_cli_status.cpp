@@ -188,7 +188,7 @@ TEST_F(CliStatusTest, GarbageIsOneLineErrorNamingTheFile) {
   const Outcome o = status(path_);
   EXPECT_NE(o.exit_code, 0);
   EXPECT_NE(o.err.find(path_.string()), std::string::npos) << o.err;
-  EXPECT_NE(o.err.find("--fresh"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("`shardq run ... --fresh`; status only reads"), std::string::npos) << o.err;
   ASSERT_FALSE(o.err.empty());
   EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << o.err;
 }
