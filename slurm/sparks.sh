@@ -12,7 +12,9 @@
 # ranks and exits 75; the checkpoint is safe, the same command resumes once it is back.
 # A second Ctrl-C stops the ranks at once; the checkpoint on disk still reads back.
 # --until-done: rerun while shardq exits 75 for a reason other than this script being
-# stopped (a node's shutdown sent SIGTERM to its rank, say), at most --max-tries runs.
+# stopped (a node's shutdown sent SIGTERM to its rank, say), at most --max-tries runs;
+# after a lost host, once it answers again (up to HOST_WAIT_S). Hangups are ignored: run
+# it in tmux or under nohup for a long job.
 #
 # Files: the shardq binary must be at the same path on every node (NFS, or a copy per
 # node). The source checkpoint may be on NFS or copied to each node at the same path
@@ -26,7 +28,7 @@
 #   HOSTFILE       default for --hostfile (default: slurm/hostfile next to this script)
 #   RANKS_PER_NODE ranks on each Spark (default 1: one rank per Spark, whose compute
 #                  threads use the node's cores)
-#   THREADS        compute threads per rank (default: this host's cores / RANKS_PER_NODE;
+#   THREADS        compute threads per rank (default: this host's online cores / RANKS_PER_NODE;
 #                  the Sparks are alike), passed on as --set run.threads=THREADS
 #   NP             ranks (default: hosts in the hostfile x RANKS_PER_NODE)
 #   MAP_BY         Open MPI mapping (default ppr:RANKS_PER_NODE:node:pe=THREADS: each rank
@@ -38,6 +40,8 @@
 #   NCCL_IB_HCA    optional RoCE devices for NCCL (e.g. rocep1s0f1,roceP2p1s0f1: both
 #                  halves of the port), passed to the ranks when set
 #   MPIRUN_ARGS    extra mpirun arguments (word-split), e.g. "--mca pml ucx"
+#   HOST_WAIT_S    --until-done after a lost host: how long to wait for it (default 600)
+#   SHARDQ_LOG, OPENBLAS_CORETYPE, LD_LIBRARY_PATH: passed to every rank when set
 #   OMPI_MCA_orte_execute_quiet  1 (default): Open MPI's pages of explanation after a
 #                  failure are left out (this script names a lost host); 0 shows them
 set -uo pipefail
@@ -69,12 +73,18 @@ usage() {
   exit 2
 }
 
+# A whole number above 0, or the script stops with exit 2 naming the setting.
+positive() { # name value
+  [[ $2 =~ ^[1-9][0-9]*$ ]] || { log "$1 must be a whole number above 0, not '$2'"; exit 2; }
+}
+
 parse_args() {
   while (($#)); do
     case "$1" in
+      --hostfile | --max-tries) (($# >= 2)) || { log "$1 needs a value"; exit 2; } ;;&
       --hostfile) hostfile=$2; shift 2 ;;
       --until-done) until_done=1; shift ;;
-      --max-tries) max_tries=$2; shift 2 ;;
+      --max-tries) positive --max-tries "$2"; max_tries=$2; shift 2 ;;
       -h | --help) usage ;;
       *) break ;;
     esac
@@ -183,8 +193,9 @@ on_stop() {
 
 run_once() {
   check_hosts
+  ((stopped_by_user)) && return "$EXIT_INTERRUPTED" # stopped during the checks: nothing launched
   local exports=(-x PATH -x NCCL_SOCKET_IFNAME -x UCX_NET_DEVICES -x HDF5_USE_FILE_LOCKING) var
-  for var in LD_LIBRARY_PATH NCCL_IB_HCA; do
+  for var in LD_LIBRARY_PATH NCCL_IB_HCA SHARDQ_LOG OPENBLAS_CORETYPE; do
     [ -n "${!var:-}" ] && exports+=(-x "$var")
   done
   local mapping=(--map-by "ppr:${RANKS_PER_NODE:-1}:node:pe=$threads")
@@ -194,14 +205,26 @@ run_once() {
   setsid mpirun --hostfile "$hostfile" -np "$np" "${mapping[@]}" \
     "${exports[@]}" ${MPIRUN_ARGS:-} "$SHARDQ_BIN" run --set "run.threads=$threads" "${run_args[@]}" </dev/null &
   mpirun_pid=$!
-  local code
-  while true; do
+  # `wait` returns early for a trap (128 + the signal); once mpirun is gone, its own status
+  # (bash keeps it).
+  while kill -0 "$mpirun_pid" 2>/dev/null; do
     wait "$mpirun_pid"
-    code=$?
-    kill -0 "$mpirun_pid" 2>/dev/null || break # `wait` returned for a trap, not an exit
   done
+  local code=0
+  wait "$mpirun_pid" || code=$?
   mpirun_pid=""
   return "$code"
+}
+
+# --until-done after a lost host: the next launch waits for every host to answer again
+# (checked every HOST_WAIT_STEP_S, 30 s; up to HOST_WAIT_S, 600 s), or the script ends 75.
+wait_for_hosts() {
+  local waited=0 step=${HOST_WAIT_STEP_S:-30} limit=${HOST_WAIT_S:-600}
+  while hosts_with_problems >/dev/null; do
+    ((stopped_by_user == 0 && waited < limit)) || return 1
+    sleep "$step"
+    waited=$((waited + step))
+  done
 }
 
 report_interrupted() {
@@ -216,11 +239,17 @@ main() {
   original_args=("$@")
   parse_args "$@"
   [ -r "$hostfile" ] || { log "no hostfile '$hostfile' (copy slurm/hostfile.example)"; exit 2; }
+  local name
+  for name in RANKS_PER_NODE THREADS NP; do
+    [ -z "${!name:-}" ] || positive "$name" "${!name}"
+  done
   np=${NP:-$(($(hosts_in "$hostfile") * ${RANKS_PER_NODE:-1}))}
-  threads=${THREADS:-$(($(nproc) / ${RANKS_PER_NODE:-1}))}
+  # The host's online cores: nproc would follow OMP_NUM_THREADS and this shell's affinity.
+  threads=${THREADS:-$(($(getconf _NPROCESSORS_ONLN) / ${RANKS_PER_NODE:-1}))}
   ((threads >= 1)) || threads=1
   log "$np ranks x $threads threads from $hostfile over $SPARK_IFNAME: $SHARDQ_BIN run ${run_args[*]}"
   trap on_stop INT TERM
+  trap '' HUP # a dropped ssh session must not leave mpirun running unwatched (run it in tmux)
 
   local try code
   for ((try = 1; ; try++)); do
@@ -229,8 +258,11 @@ main() {
     if ((code != 0 && code != EXIT_INTERRUPTED && !stopped_by_user)); then
       if report_lost_hosts; then
         code=$EXIT_INTERRUPTED
-        # --until-done: try again; the check before the launch refuses while a host is missing.
-        ((until_done && try < max_tries)) && continue
+        # --until-done: try again once every host answers again.
+        if ((until_done && try < max_tries)) && wait_for_hosts; then
+          log "every host answers again; --until-done: resuming, try $((try + 1)) of $max_tries"
+          continue
+        fi
         break
       fi
       # Quiet, mpirun does not say which rank ended how: give what the exit code tells.

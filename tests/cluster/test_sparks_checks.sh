@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # slurm/sparks.sh checks every host before launching and refuses (exit 2, no rank
 # started) naming the host: one whose sshd is gone, one whose SPARK_IFNAME is down, and
-# every host when SPARK_IFNAME names no interface there.
+# every host when SPARK_IFNAME names no interface there; and (exit 2, nothing launched)
+# settings that are not whole numbers above 0: --max-tries, RANKS_PER_NODE, THREADS.
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -20,6 +21,22 @@ refused() {
   grep -q '\[rank ' "$log" && fail "ranks ran although the check failed"
   [ ! -e "$WORK/out" ] || fail "the run started: $WORK/out exists"
 }
+
+# bad_setting LOG EXPECTED [sparks.sh options...]: exit 2 naming the setting, nothing run.
+bad_setting() {
+  local log=$WORK/$1 expected=$2 code=0
+  shift 2
+  sparks "$log" "$@" || code=$?
+  ((code == 2)) || fail "$1: sparks.sh exited $code, expected 2: $(tail -3 "$log")"
+  grep -qF -- "$expected" "$log" || fail "$1: no line saying '$expected': $(tail -3 "$log")"
+  [ ! -e "$WORK/out" ] || fail "$1: the run started"
+  echo "refused: $(grep -F -- "$expected" "$log")"
+}
+echo "== settings that are not whole numbers above 0"
+bad_setting tries.log "--max-tries must be a whole number above 0, not '5x'" --max-tries 5x "${args[@]}"
+bad_setting tries-missing.log "--max-tries needs a value" --max-tries
+RANKS_PER_NODE=0 bad_setting ranks.log "RANKS_PER_NODE must be a whole number above 0, not '0'" "${args[@]}"
+THREADS=auto bad_setting threads.log "THREADS must be a whole number above 0, not 'auto'" "${args[@]}"
 
 echo "== SPARK_IFNAME names no interface"
 SPARK_IFNAME=enp1s0f1np1 refused no-iface.log \
