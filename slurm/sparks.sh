@@ -4,8 +4,8 @@
 #
 #   slurm/sparks.sh [--hostfile FILE] [--until-done] [--max-tries N] JOB.toml [shardq run options]
 #
-# Before launching: every host in the hostfile must answer over ssh and have
-# SPARK_IFNAME up; otherwise the script names the host and exits 2.
+# Before launching: every host in the hostfile must answer over ssh, hold SHARDQ_BIN and
+# have SPARK_IFNAME up; otherwise the script names the host and exits 2.
 # Ctrl-C or SIGTERM: every rank stops taking work, rank 0 flushes the checkpoint, the
 # run exits 75 and this script prints the command that resumes it (the same command).
 # A host lost mid-run: the other ranks are stopped, the script names the host and its
@@ -99,7 +99,9 @@ checkpoint_of() {
   while (($#)); do
     case "$1" in
       --dst) dst=$2; shift ;;
+      --dst=*) dst=${1#--dst=} ;;
       --checkpoint) checkpoint=$2; shift ;;
+      --checkpoint=*) checkpoint=${1#--checkpoint=} ;;
     esac
     shift
   done
@@ -112,17 +114,19 @@ host_names() { awk '!/^[[:space:]]*(#|$)/ { print $1 }' "$1"; }
 is_this_host() { [ "$1" = localhost ] || [ "$1" = "$(hostname)" ] || [ "$1" = "$(hostname -s)" ]; }
 
 # Prints why HOST cannot run ranks, nothing if it can: it must answer over ssh (mpirun
-# launches there with ssh; not for this host, which mpirun starts locally) and have
-# SPARK_IFNAME up (administratively and with a link: UP and LOWER_UP).
+# launches there with ssh; not for this host, which mpirun starts locally), hold the
+# shardq binary at SHARDQ_BIN, and have SPARK_IFNAME up (administratively and with a
+# link: UP and LOWER_UP).
 host_problem() {
   local host=$1 out code=0 flags
-  local check="ip -o link show dev '$SPARK_IFNAME'"
+  local check="test -x $(printf '%q' "$SHARDQ_BIN") || exit 3; ip -o link show dev '$SPARK_IFNAME'"
   if is_this_host "$host"; then
     out=$(bash -c "$check" 2>&1) || code=$?
   else
     out=$(ssh -o BatchMode=yes -o ConnectTimeout="$SSH_TIMEOUT_S" "$host" "$check" </dev/null 2>&1) || code=$?
     ((code == 255)) && { echo "does not answer over ssh (${out//$'\n'/ })"; return; }
   fi
+  ((code == 3)) && { echo "has no executable $SHARDQ_BIN (SHARDQ_BIN: the same path on every node)"; return; }
   ((code == 0)) || { echo "has no interface $SPARK_IFNAME (SPARK_IFNAME): ${out//$'\n'/ }"; return; }
   flags=${out#*<}
   flags=",${flags%%>*},"

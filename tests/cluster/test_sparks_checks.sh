@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # slurm/sparks.sh checks every host before launching and refuses (exit 2, no rank
 # started) naming the host: one whose sshd is gone, one whose SPARK_IFNAME is down, and
-# every host when SPARK_IFNAME names no interface there; and (exit 2, nothing launched)
-# settings that are not whole numbers above 0: --max-tries, RANKS_PER_NODE, THREADS.
+# every host when SPARK_IFNAME names no interface there or SHARDQ_BIN is not there; and
+# (exit 2, nothing launched) settings that are not whole numbers above 0: --max-tries,
+# RANKS_PER_NODE, THREADS.
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -37,6 +38,9 @@ bad_setting tries.log "--max-tries must be a whole number above 0, not '5x'" --m
 bad_setting tries-missing.log "--max-tries needs a value" --max-tries
 RANKS_PER_NODE=0 bad_setting ranks.log "RANKS_PER_NODE must be a whole number above 0, not '0'" "${args[@]}"
 THREADS=auto bad_setting threads.log "THREADS must be a whole number above 0, not 'auto'" "${args[@]}"
+
+echo "== SHARDQ_BIN is not on the hosts"
+SHARDQ_BIN=/opt/missing/shardq refused no-bin.log "spark1: has no executable /opt/missing/shardq .*spark4: has no executable"
 
 echo "== SPARK_IFNAME names no interface"
 SPARK_IFNAME=enp1s0f1np1 refused no-iface.log \
