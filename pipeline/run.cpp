@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <memory>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -397,6 +399,44 @@ std::string fingerprint_difference_across_ranks(const Link& link, const Plan& pl
   return "";
 }
 
+// --dst must be one folder that every rank sees (docs/cluster.md): a node-local folder on
+// each node would keep each shard on the node that wrote it, under rank 0's index naming
+// them all. Rank 0 writes a probe of a name no rank has looked up before (an NFS client
+// caches a name's absence) and every rank reads it back. Rank 0 gets the first rank that
+// does not see it, or ""; the others "".
+std::string dst_not_shared(const Link& link, const std::filesystem::path& dst) {
+  if (link.size() == 1) return "";
+  int nonce = 0;
+  std::filesystem::path probe;
+  const auto probe_of = [&](int n) { return dst / ".shardq" / fmt::format("shared-probe.{}", n); };
+  if (link.rank() == 0) {
+    nonce = int(std::random_device{}() & 0x7fffffff);
+    probe = probe_of(nonce);
+    std::ofstream(probe) << nonce;
+  }
+  nonce = link.broadcast(nonce);
+  probe = probe_of(nonce);
+  struct Entry {
+    int seen = 0;
+    char host[64] = {};
+  } mine;
+  std::string text;
+  std::ifstream(probe) >> text;
+  mine.seen = text == std::to_string(nonce) ? 1 : 0;
+  const std::string host = link.host_name();
+  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
+  const std::vector<Entry> entries = link.gather(mine);
+  if (link.rank() != 0) return "";
+  std::filesystem::remove(probe);
+  for (size_t rank = 1; rank < entries.size(); ++rank) {
+    if (entries[rank].seen) continue;
+    return fmt::format("{}: rank {} ({}) does not see the file rank 0 ({}) wrote there: --dst must be one folder "
+                       "that every node mounts (NFS), not a folder of each node's own",
+                       dst.string(), rank, entries[rank].host, mine.host);
+  }
+  return "";
+}
+
 // Rank 0 gets every rank's host name and thread count; the others an empty list.
 std::vector<RankInfo> gather_rank_info(const Link& link, int threads) {
   struct Entry {
@@ -618,6 +658,11 @@ int run_job(const RunArgs& args) {
   if (setup == kSetupComplete) return kExitOk;
   if (setup == kSetupFailed) {
     if (link.rank() == 0) throw PipelineError(setup_error);
+    return kExitError;
+  }
+  const std::string unshared = dst_not_shared(link, job.dst);
+  if (link.broadcast(unshared.empty() ? 1 : 0) == 0) {
+    if (link.rank() == 0) throw PipelineError(unshared);
     return kExitError;
   }
   outputs.open_mine();
