@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # --dst must be one folder every rank sees (docs/cluster.md). Two ranks where rank 1 runs in
 # its own mount namespace with a tmpfs over dst's parent (a folder of its node's own, as a
-# node-local --dst on a cluster would be): the run is refused before any work, naming the
-# folder and the rank, and leaves no index. The same two ranks without the tmpfs run.
+# node-local --dst on a cluster would be; the folder exists there): the run is refused
+# before any work, naming the folder and the rank, and leaves no index. Before the check
+# this run ended 0, "done", with a report and rank 1's shard left as .partial on rank 0's
+# side. The same two ranks without the tmpfs run.
 source "$(dirname "$0")/../resume/lib.sh"
 command -v mpirun >/dev/null || { echo "no mpirun"; exit 77; }
 unshare -m true 2>/dev/null || { echo "no mount namespaces here (unshare -m)"; exit 77; }
@@ -13,7 +15,7 @@ DST="$WORK/node/out"
 ARGS=("$JOB" --src "$WORK/src" --dst "$DST" --set quant.method=rtn)
 # rank 1: its command in a mount namespace of its own; MOUNT_TMPFS=1 hides the shared folder.
 # shellcheck disable=SC2016 # expanded by the inner shell
-RANK1=(unshare -m sh -c '[ "$MOUNT_TMPFS" = 1 ] && mount -t tmpfs none "$0"; exec "$@"' "$WORK/node")
+RANK1=(unshare -m sh -c '[ "$MOUNT_TMPFS" = 1 ] && mount -t tmpfs none "$0" && mkdir "$0/out"; exec "$@"' "$WORK/node")
 
 rc=0
 MOUNT_TMPFS=1 mpirun -x MOUNT_TMPFS -np 1 "$SHARDQ_BIN" run "${ARGS[@]}" : -np 1 "${RANK1[@]}" "$SHARDQ_BIN" run "${ARGS[@]}" \
