@@ -2,6 +2,7 @@
 // generation is on disk (saves rename whole files, so this is safe during a run).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipeline/checkpoint.h"
@@ -182,6 +184,25 @@ void print_finished(const CheckpointState& s) {
   }
 }
 
+// A checkpoint file's identity: a save renames a new file into place.
+std::pair<uint64_t, int64_t> file_identity(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return {0, 0};
+  return {uint64_t(info.st_ino), int64_t(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec};
+}
+
+// A run saves while status reads: a base read before a save and its journal read after it
+// (begun anew for the next base) do not go together, and the progress would seem to go
+// back. Read again while the file changed under the read (a few times: saves are seconds
+// apart).
+std::optional<LoadResult> load_steady(const std::string& path) {
+  for (int attempt = 0;; ++attempt) {
+    const auto before = file_identity(path);
+    auto loaded = load_checkpoint(path);
+    if (file_identity(path) == before || attempt == 4) return loaded;
+  }
+}
+
 } // namespace
 
 int cmd_status(const StatusArgs& args) {
@@ -191,7 +212,7 @@ int cmd_status(const StatusArgs& args) {
                                : args.checkpoint;
   std::optional<LoadResult> loaded;
   try {
-    loaded = load_checkpoint(path);
+    loaded = load_steady(path);
   } catch (const PipelineError& e) { // its advice (--fresh) is an option of run, not of status
     throw PipelineError(std::string(e.what()) + " (`shardq run ... --fresh`; status only reads)");
   }
