@@ -157,27 +157,24 @@ void print_ranks(const std::string& checkpoint) {
   for (const auto& line : lines) fmt::print("{}", line);
 }
 
-// The finished steps whose files are no longer in the output folder: a run would take
-// them back and make them again (run.cpp, forget_what_is_not_on_disk).
+// The finished steps' files no longer in the output folder: a run would take them back
+// and make them again. Status does not plan, so a recipe's side files are not looked for.
 std::vector<std::string> missing_finished_files(const CheckpointState& s) {
   const auto dst = std::find_if(s.fingerprint.begin(), s.fingerprint.end(), [](const auto& f) { return f.first == "dst"; });
   if (dst == s.fingerprint.end()) return {};
   std::vector<std::string> missing;
   for (const auto& step : s.finished) {
-    std::string file;
-    if (step.rfind("shard:", 0) == 0) file = step.substr(6);
-    else if (step == "index") file = io::kIndexFileName;
-    else if (step == "config") file = kConfigFile;
-    if (!file.empty() && !std::filesystem::exists(std::filesystem::path(dst->second) / file)) missing.push_back(file);
+    for (const std::string& file : files_of_finished_step(step, {})) {
+      if (!std::filesystem::exists(std::filesystem::path(dst->second) / file)) missing.push_back(file);
+    }
   }
   return missing;
 }
 
-void print_finished(const CheckpointState& s) {
+void print_finished(const CheckpointState& s, const std::vector<std::string>& missing) {
   std::string steps;
   for (const auto& step : s.finished) steps += (steps.empty() ? "" : ", ") + step;
   fmt::print("finished: {}\n", steps.empty() ? "(none)" : steps);
-  const std::vector<std::string> missing = missing_finished_files(s);
   if (!missing.empty()) {
     fmt::print("missing: {} (recorded finished, not in the output folder: the next run makes them again)\n",
                fmt::join(missing, ", "));
@@ -220,9 +217,10 @@ int cmd_status(const StatusArgs& args) {
   print_header(path, *loaded);
   print_stages(loaded->state);
   const ChunkProgress total = print_chunks(loaded->state);
-  print_rates(loaded->state, total, !missing_finished_files(loaded->state).empty());
+  const std::vector<std::string> missing = missing_finished_files(loaded->state);
+  print_rates(loaded->state, total, !missing.empty());
   print_ranks(path);
-  print_finished(loaded->state);
+  print_finished(loaded->state, missing);
   std::fflush(stdout);
   return kExitOk;
 }

@@ -258,6 +258,22 @@ ReadTensorBytes reference_reader(const CheckpointView& reference, io::ShardReade
 
 } // namespace
 
+std::vector<std::string> files_of_finished_step(std::string_view step, std::span<const std::string> config_side_files) {
+  constexpr std::string_view kShardStep = "shard:";
+  if (step.starts_with(kShardStep)) return {std::string(step.substr(kShardStep.size()))};
+  if (step == "index") return {std::string(io::kIndexFileName)};
+  if (step != "config") return {};
+  std::vector<std::string> files = {kConfigFile};
+  files.insert(files.end(), config_side_files.begin(), config_side_files.end());
+  return files;
+}
+
+std::vector<std::string> side_file_names(const Plan& plan) {
+  std::vector<std::string> names;
+  for (const auto& side : plan.recipe_plan.side_files) names.push_back(side.first);
+  return names;
+}
+
 uint64_t Plan::total_rows() const {
   uint64_t rows = 0;
   for (const auto& task : tasks()) rows += task.tensor_rows(task.rows);

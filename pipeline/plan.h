@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -98,6 +99,13 @@ void check_factor_source(const Plan& plan, const FactorSet& set);
 
 // Where output `output` of task `task` (an index into tasks()) lies in its planned shard.
 OutputSlot task_output_slot(const Plan& plan, size_t task, size_t output);
+
+// The output files a finished step stands for: "shard:<file>" its shard, "index" the
+// index, "config" config.json and the recipe's side files (only a plan knows those). A
+// run forgets a step whose files are gone and makes them again; status lists them.
+std::vector<std::string> files_of_finished_step(std::string_view step, std::span<const std::string> config_side_files);
+// The side files of this plan's recipe (hf_quant_config.json for nvfp4-1017).
+std::vector<std::string> side_file_names(const Plan& plan);
 
 // The output index.
 io::ShardIndex output_index(const Plan& plan);

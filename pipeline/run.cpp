@@ -125,17 +125,18 @@ bool output_complete(const Plan& plan, const std::optional<LoadResult>& loaded) 
   return std::find(finished.begin(), finished.end(), "report") != finished.end();
 }
 
+// The report first: an output holding a report must hold everything else.
 void remove_outputs(const Plan& plan) {
+  std::vector<std::string> files = {plan.report_file(), std::string(io::kIndexFileName)};
+  for (const std::string& file : files_of_finished_step("config", side_file_names(plan))) files.push_back(file);
+  for (const std::string& file : files) {
+    std::filesystem::remove(plan.dst / file);
+    std::filesystem::remove(io::staged_path(plan.dst / file)); // staged during a run, renamed at its end
+  }
   for (const auto& shard : plan.shards) {
     if (!shard.changed) continue;
     std::filesystem::remove(plan.dst / shard.file);
     std::filesystem::remove(plan.dst / (shard.file + ".partial"));
-  }
-  std::vector<std::string> closing_files = {std::string(io::kIndexFileName), kConfigFile, plan.report_file()};
-  for (const auto& side : plan.recipe_plan.side_files) closing_files.push_back(side.first);
-  for (const std::string& file : closing_files) {
-    std::filesystem::remove(plan.dst / file);
-    std::filesystem::remove(io::staged_path(plan.dst / file)); // staged during a run, renamed at its end
   }
 }
 
@@ -188,10 +189,9 @@ void forget_what_is_not_on_disk(const Plan& plan, CheckpointState& state) {
     spdlog::warn("{}: missing, or not its planned size, under {} chunks the checkpoint records done: they are computed "
                  "again", shard.file, forgotten);
   }
-  std::vector<std::pair<std::string, std::vector<std::string>>> closing = {
-      {"index", {std::string(io::kIndexFileName)}}, {"config", {kConfigFile}}};
-  for (const auto& side : plan.recipe_plan.side_files) closing[1].second.push_back(side.first);
-  for (const auto& [step, files] : closing) {
+  const std::vector<std::string> side_files = side_file_names(plan);
+  for (const std::string step : {"index", "config"}) {
+    const std::vector<std::string> files = files_of_finished_step(step, side_files);
     const bool present = std::all_of(files.begin(), files.end(), [&](const std::string& f) { return std::filesystem::exists(plan.dst / f); });
     if (present || std::find(state.finished.begin(), state.finished.end(), step) == state.finished.end()) continue;
     spdlog::warn("{}: {} missing: written again", plan.dst.string(), fmt::join(files, ", "));
