@@ -2,6 +2,7 @@
 // method study): rel RMS error, weighted error through W_c, how often the MSE search
 // shrinks the scale, speed, per hash column; study.json and study.png (gnuplot).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -45,11 +46,13 @@ std::vector<std::string> split_methods(const std::string& text) {
 
 std::string study_methods_error(const std::string& methods) {
   const std::vector<std::string> names = split_methods(methods);
-  if (names.empty()) return "no method given (rtn, mse, gptq, gptq-mse)";
-  const std::set<std::string> known = {"rtn", "mse", "gptq", "gptq-mse"};
+  const std::string known = fmt::format("{}", fmt::join(kQuantMethodNames, ", "));
+  if (names.empty()) return "no method given (" + known + ")";
   std::set<std::string> seen;
   for (const auto& name : names) {
-    if (!known.count(name)) return fmt::format("'{}' is not a method (rtn, mse, gptq, gptq-mse)", name);
+    if (std::find(kQuantMethodNames.begin(), kQuantMethodNames.end(), name) == kQuantMethodNames.end()) {
+      return fmt::format("'{}' is not a method ({})", name, known);
+    }
     if (!seen.insert(name).second) return fmt::format("'{}' is given twice", name);
   }
   return {};

@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include "pipeline/pipeline_error.h"
+#include "stages/quantize.h"
 #include "stages/recipes/recipe.h"
 
 namespace shardq {
@@ -106,8 +107,9 @@ void validate(const Job& job) {
   if (!is_recipe(job.recipe)) {
     fail(fmt::format("job.recipe must be one of {}, not '{}'", fmt::join(recipe_names(), ", "), job.recipe));
   }
-  const std::vector<std::string> methods = {"rtn", "mse", "gptq", "gptq-mse"};
-  if (std::find(methods.begin(), methods.end(), job.method) == methods.end()) fail("quant.method must be rtn, mse, gptq or gptq-mse, not '" + job.method + "'");
+  if (std::find(kQuantMethodNames.begin(), kQuantMethodNames.end(), job.method) == kQuantMethodNames.end()) {
+    fail(fmt::format("quant.method must be one of {}, not '{}'", fmt::join(kQuantMethodNames, ", "), job.method));
+  }
   if (job.src.empty()) fail("job.src is empty (set it or pass --src)");
   if (job.dst.empty()) fail("job.dst is empty (set it or pass --dst)");
   if (job.mse_candidates < 2 || job.mse_candidates > 16) fail("quant.mse_candidates must be in 2..16");

@@ -1,11 +1,14 @@
 // shardq entry point: parses the CLI and turns any error into one line and an exit code.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 
+#include "fixture/fixture.h"
 #include "pipeline/commands.h"
 #ifdef SHARDQ_MIMALLOC
 #include "pipeline/heap/mimalloc_reserve.h"
@@ -45,16 +48,14 @@ const CLI::Validator kCount(
     },
     "N");
 
-const char* const kSubcommands[] = {"inspect", "fixture", "run", "status", "verify", "study"};
-
-// A first argument that is neither an option nor a subcommand: CLI11 would only say "A
-// subcommand is required".
-bool refuse_unknown_subcommand(int argc, char** argv) {
+// A first argument that is neither an option nor one of the app's subcommands: CLI11
+// would only say "A subcommand is required".
+bool refuse_unknown_subcommand(const CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') return false;
-  for (const char* name : kSubcommands) {
-    if (std::strcmp(argv[1], name) == 0) return false;
-  }
-  std::fprintf(stderr, "shardq: unknown subcommand '%s' (inspect, fixture, run, status, verify, study; --help)\n", argv[1]);
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+  if (std::find(names.begin(), names.end(), argv[1]) != names.end()) return false;
+  std::fprintf(stderr, "shardq: unknown subcommand '%s' (%s; --help)\n", argv[1], fmt::format("{}", fmt::join(names, ", ")).c_str());
   return true;
 }
 
@@ -73,14 +74,14 @@ void add_inspect(CLI::App& app, shardq::InspectArgs& args) {
 
 void add_fixture(CLI::App& app, shardq::FixtureArgs& args) {
   auto* sub = app.add_subcommand("fixture", "Write a miniature DeepSeek-V4.1 checkpoint");
-  sub->add_option("--preset", args.preset, "dsv41-mini | dsv41-mini-ref-nvfp4")
-      ->check(CLI::IsMember({"dsv41-mini", "dsv41-mini-ref-nvfp4"}));
+  sub->add_option("--preset", args.preset, "DeepSeek's FP8/FP4 layout, or NVIDIA's NVFP4 reference")
+      ->check(CLI::IsMember(shardq::fixture_preset_names()));
   sub->add_option("--shape", args.shape,
                   "mini (default): hidden 256, 16 layers x 8 routed experts, 2 MTP layers, 6 shards (~60 MB) | "
                   "real-count: the real model's tensor count at small sizes: 40 layers x 384 routed experts "
                   "+ 3 MTP layers (49,536 expert projections, 100K tensors; the reference 193K), Engram at "
                   "layers 1 and 14, hidden 64, moe_intermediate 32, one shard per layer: 46 shards (~90 MB)")
-      ->check(CLI::IsMember({"mini", "real-count"}));
+      ->check(CLI::IsMember(shardq::fixture_shape_names()));
   sub->add_option("--out", args.out, "output folder (new or empty)")->required()->check(kNotEmpty);
   sub->add_option("--engram-vocab", args.engram_vocab,
                   "engram_vocab_size (scales the tables; default 2000, real-count 300)")
@@ -144,7 +145,7 @@ int main(int argc, char** argv) {
   add_status(app, status);
   add_verify(app, verify);
   add_study(app, study);
-  if (refuse_unknown_subcommand(argc, argv)) return shardq::kExitUsage;
+  if (refuse_unknown_subcommand(app, argc, argv)) return shardq::kExitUsage;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -360,6 +360,12 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   return state;
 }
 
+// A host name into a gathered record's fixed field, cut to fit and NUL-terminated.
+template <size_t N> void copy_host_name(const Link& link, char (&field)[N]) {
+  const std::string host = link.host_name();
+  std::memcpy(field, host.data(), std::min(host.size(), N - 1));
+}
+
 // Each rank plans from its own view of src (a node-local copy on each Spark): the plans must
 // be of the same job, tool and source bytes, or their chunks would not fit together. Rank 0
 // compares each rank's fingerprint with its own, field by field (the paths aside: a copy
@@ -380,8 +386,7 @@ std::string fingerprint_difference_across_ranks(const Link& link, const Plan& pl
     const std::string text = compared[i]->first + '=' + compared[i]->second;
     mine.hash[std::min(i, kMaxFields - 1)] ^= XXH3_64bits(text.data(), text.size()); // more fields share the last slot
   }
-  const std::string host = link.host_name();
-  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
+  copy_host_name(link, mine.host);
   const std::vector<Entry> entries = link.gather(mine);
   for (size_t rank = 1; rank < entries.size(); ++rank) {
     const Entry& other = entries[rank];
@@ -402,53 +407,59 @@ std::string fingerprint_difference_across_ranks(const Link& link, const Plan& pl
 // --dst must be one folder that every rank sees (docs/cluster.md): a node-local folder on
 // each node would keep each shard on the node that wrote it, under rank 0's index naming
 // them all. Rank 0 writes a probe of a name no rank has looked up before (an NFS client
-// caches a name's absence) and every rank reads it back. Rank 0 gets the first rank that
-// does not see it, or ""; the others "".
-std::string dst_not_shared(const Link& link, const std::filesystem::path& dst) {
-  if (link.size() == 1) return "";
+// caches a name's absence) and every rank reads it back (check_in_ranks).
+struct DstProbe {
+  std::filesystem::path path;
   int nonce = 0;
-  std::filesystem::path probe;
-  const auto probe_of = [&](int n) { return dst / ".shardq" / fmt::format("shared-probe.{}", n); };
-  if (link.rank() == 0) {
-    nonce = int(std::random_device{}() & 0x7fffffff);
-    probe = probe_of(nonce);
-    std::ofstream(probe) << nonce;
+};
+
+DstProbe write_dst_probe(const Link& link, const std::filesystem::path& dst) {
+  const auto path_of = [&](int nonce) { return dst / ".shardq" / fmt::format("shared-probe.{}", nonce); };
+  DstProbe probe;
+  if (link.rank() == 0) { // written (and closed) before the broadcast lets any rank look
+    probe.nonce = int(std::random_device{}() & 0x7fffffff);
+    std::ofstream(path_of(probe.nonce)) << probe.nonce;
   }
-  nonce = link.broadcast(nonce);
-  probe = probe_of(nonce);
-  struct Entry {
-    int seen = 0;
-    char host[64] = {};
-  } mine;
-  std::string text;
-  std::ifstream(probe) >> text;
-  mine.seen = text == std::to_string(nonce) ? 1 : 0;
-  const std::string host = link.host_name();
-  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
-  const std::vector<Entry> entries = link.gather(mine);
-  if (link.rank() != 0) return "";
-  std::filesystem::remove(probe);
-  for (size_t rank = 1; rank < entries.size(); ++rank) {
-    if (entries[rank].seen) continue;
-    return fmt::format("{}: rank {} ({}) does not see the file rank 0 ({}) wrote there: --dst must be one folder "
-                       "that every node mounts (NFS), not a folder of each node's own",
-                       dst.string(), rank, entries[rank].host, mine.host);
-  }
-  return "";
+  probe.nonce = link.broadcast(probe.nonce);
+  probe.path = path_of(probe.nonce);
+  return probe;
 }
 
-// Rank 0 gets every rank's host name and thread count; the others an empty list.
-std::vector<RankInfo> gather_rank_info(const Link& link, int threads) {
+bool sees_dst_probe(const DstProbe& probe) {
+  std::string text;
+  std::ifstream(probe.path) >> text;
+  return text == std::to_string(probe.nonce);
+}
+
+// What rank 0 learns of every rank once the outputs are prepared, in one gather.
+struct RankCheckIn {
+  std::vector<RankInfo> ranks; // rank 0: every rank's host and threads; the others: empty
+  std::string dst_not_shared;  // rank 0: the first rank that does not see its probe, or ""
+};
+
+RankCheckIn check_in_ranks(const Link& link, const std::filesystem::path& dst, int threads) {
   struct Entry {
     char host[256] = {};
     int threads = 0;
+    int sees_dst = 1;
   } mine;
-  const std::string host = link.host_name();
-  std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
+  copy_host_name(link, mine.host);
   mine.threads = threads;
-  std::vector<RankInfo> ranks;
-  for (const auto& entry : link.gather(mine)) ranks.push_back({std::string(entry.host), entry.threads});
-  return ranks;
+  std::optional<DstProbe> probe;
+  if (link.size() > 1) probe = write_dst_probe(link, dst);
+  if (probe) mine.sees_dst = sees_dst_probe(*probe) ? 1 : 0;
+  const std::vector<Entry> entries = link.gather(mine);
+  RankCheckIn check_in;
+  if (link.rank() != 0) return check_in;
+  if (probe) std::filesystem::remove(probe->path);
+  for (size_t rank = 0; rank < entries.size(); ++rank) {
+    check_in.ranks.push_back({std::string(entries[rank].host), entries[rank].threads});
+    if (entries[rank].sees_dst || !check_in.dst_not_shared.empty()) continue;
+    check_in.dst_not_shared = fmt::format("{}: rank {} ({}) does not see the file rank 0 ({}) wrote there: --dst must be "
+                                          "one folder that every node mounts (NFS), not a folder of each node's own",
+                                          dst.string(), rank, entries[rank].host, mine.host);
+  }
+  return check_in;
 }
 
 // The heap a plan of this source takes at the run's peak, from the size of its index and what
@@ -660,21 +671,20 @@ int run_job(const RunArgs& args) {
     if (link.rank() == 0) throw PipelineError(setup_error);
     return kExitError;
   }
-  const std::string unshared = dst_not_shared(link, job.dst);
-  if (link.broadcast(unshared.empty() ? 1 : 0) == 0) {
-    if (link.rank() == 0) throw PipelineError(unshared);
+  const int threads = job.compute_threads();
+  RankCheckIn check_in = check_in_ranks(link, job.dst, threads);
+  if (link.broadcast(check_in.dst_not_shared.empty() ? 1 : 0) == 0) {
+    if (link.rank() == 0) throw PipelineError(check_in.dst_not_shared);
     return kExitError;
   }
   outputs.open_mine();
-  const int threads = job.compute_threads();
   spdlog::info("{}: {} ranks x {} threads, {} tasks, {} rows per chunk, write mode {}", job.recipe, link.size(), threads,
                plan.tasks().size(), job.rows_per_chunk, job.write_mode);
 
-  std::vector<RankInfo> ranks = gather_rank_info(link, threads);
   Worker worker(plan, outputs, link.rank(), threads);
   std::unique_ptr<Coordinator> coordinator;
   if (link.rank() == 0) {
-    coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path, std::move(ranks),
+    coordinator = std::make_unique<Coordinator>(plan, link, outputs, std::move(*state), checkpoint_path, std::move(check_in.ranks),
                                                 std::move(index_text));
     spdlog::debug("first checkpoint saved at {:.3f} s", seconds_since_start());
   }

@@ -1,6 +1,7 @@
 #include "stages/quantize.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -86,22 +87,16 @@ void quantize_column_rows(const float* rows, uint64_t n, int cols, int column, c
   if (params.factors) add_weighted_errors(rows, dequantized.data(), n, column, *params.factors, stats);
 }
 
-QuantMethod parse_quant_method(const std::string& name) {
-  if (name == "rtn") return QuantMethod::rtn;
-  if (name == "mse") return QuantMethod::mse;
-  if (name == "gptq") return QuantMethod::gptq;
-  if (name == "gptq-mse") return QuantMethod::gptq_mse;
-  throw StageError(fmt::format("unknown quantization method '{}' (expected rtn, mse, gptq or gptq-mse)", name));
+QuantMethod parse_quant_method(std::string_view name) {
+  const auto found = std::find(kQuantMethodNames.begin(), kQuantMethodNames.end(), name);
+  if (found == kQuantMethodNames.end()) {
+    throw StageError(fmt::format("unknown quantization method '{}' (expected {})", name, fmt::join(kQuantMethodNames, ", ")));
+  }
+  return QuantMethod(found - kQuantMethodNames.begin());
 }
 
 const char* quant_method_name(QuantMethod method) {
-  switch (method) {
-    case QuantMethod::rtn: return "rtn";
-    case QuantMethod::mse: return "mse";
-    case QuantMethod::gptq: return "gptq";
-    case QuantMethod::gptq_mse: return "gptq-mse";
-  }
-  return "?";
+  return kQuantMethodNames.at(size_t(method)).data(); // literals: NUL-terminated
 }
 
 QuantizeParams make_quantize_params(QuantMethod method, int mse_candidates, double mse_alpha_min, float global_scale) {

@@ -3,10 +3,12 @@
 // rows by hash column and feed each row's error forward through that column's factor.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/gptq.h"
@@ -20,7 +22,11 @@ class EngramLayout;
 
 enum class QuantMethod { rtn, mse, gptq, gptq_mse };
 
-QuantMethod parse_quant_method(const std::string& name); // throws StageError
+// Every method's name, in the enum's order: the one list that parsing, job validation and
+// the CLI's messages use.
+inline constexpr std::array<std::string_view, 4> kQuantMethodNames = {"rtn", "mse", "gptq", "gptq-mse"};
+
+QuantMethod parse_quant_method(std::string_view name); // throws StageError
 const char* quant_method_name(QuantMethod method);
 
 // The 24 factors of one Engram layer: U_c rounded to fp32 for the kernel and the
