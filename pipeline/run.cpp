@@ -142,12 +142,16 @@ void remove_outputs(const Plan& plan) {
 
 // A done chunk whose bytes no longer match its checksum is recomputed: its record and
 // everything finished after it (its shard's rename, index, config, report) are undone.
-void forget_damaged_chunk(const Plan& plan, const Task& task, ChunkRecord& record, CheckpointState& state) {
-  record = ChunkRecord{};
-  const std::string shard_step = "shard:" + plan.shards[task.shard].file;
+void forget_shard_finished(const ShardPlan& shard, CheckpointState& state) {
+  const std::string shard_step = "shard:" + shard.file;
   std::erase_if(state.finished, [&](const std::string& s) {
     return s == shard_step || s == "index" || s == "config" || s == "report";
   });
+}
+
+void forget_damaged_chunk(const Plan& plan, const Task& task, ChunkRecord& record, CheckpointState& state) {
+  record = ChunkRecord{};
+  forget_shard_finished(plan.shards[task.shard], state);
 }
 
 bool has_size(const std::filesystem::path& path, uint64_t size) {
@@ -160,8 +164,9 @@ bool has_size(const std::filesystem::path& path, uint64_t size) {
 // shard at its planned size, finished or as its .partial (else its done chunks and the
 // steps after them are forgotten: a .partial recreated empty under chunks recorded done
 // would hold zeros), and the closing files (else their step and the report's). A week's run
-// must not end "complete already" on a shard someone deleted.
-void forget_what_is_not_on_disk(const Plan& plan, CheckpointState& state) {
+// must not end "complete already" on a shard someone deleted. Returns whether it forgot
+// anything: that must be saved before any .partial is made anew (reopen_shards).
+bool forget_what_is_not_on_disk(const Plan& plan, CheckpointState& state) {
   bool closing_lost = false;
   for (const ShardPlan& shard : plan.shards) {
     if (!shard.changed) continue;
@@ -201,8 +206,9 @@ void forget_what_is_not_on_disk(const Plan& plan, CheckpointState& state) {
   if (closing_lost || !std::filesystem::exists(plan.dst / plan.report_file())) {
     // The report goes first: an output holding a report holds everything else.
     std::filesystem::remove(plan.dst / plan.report_file());
-    std::erase(state.finished, std::string("report"));
+    if (std::erase(state.finished, std::string("report")) > 0) closing_lost = true;
   }
+  return closing_lost;
 }
 
 // No checkpoint, but shards of an earlier run in dst: that run kept its checkpoint elsewhere
@@ -234,9 +240,10 @@ bool links_present(const Plan& plan) {
 
 // A shard is renamed only once a save records all of its chunks; resumed from an older
 // generation (the newest lost), the checkpoint may still call some of them pending. Their
-// figures are not in it, so the shard goes back to .partial and they are computed again
-// (to the same bytes).
-void reopen_shards_with_pending_chunks(const Plan& plan, const CheckpointState& state) {
+// figures are not in it, so the shard goes back to .partial (reopen_shards) and they are
+// computed again (to the same bytes). Returns those shards' final paths.
+std::vector<std::filesystem::path> shards_with_pending_chunks(const Plan& plan, CheckpointState& state) {
+  std::vector<std::filesystem::path> reopened;
   for (const auto& shard : plan.shards) {
     const auto final_path = plan.dst / shard.file;
     if (!shard.changed || !std::filesystem::exists(final_path)) continue;
@@ -247,8 +254,10 @@ void reopen_shards_with_pending_chunks(const Plan& plan, const CheckpointState& 
     if (!pending) continue;
     spdlog::warn("{}: renamed after the checkpoint generation resumed from: back to .partial, its pending chunks redone",
                  final_path.string());
-    std::filesystem::rename(final_path, final_path.string() + ".partial");
+    forget_shard_finished(shard, state);
+    reopened.push_back(final_path);
   }
+  return reopened;
 }
 
 // --verify-done: re-read every chunk recorded done and compare its checksum. Returns the
@@ -286,17 +295,18 @@ std::vector<std::filesystem::path> verify_done_chunks(const Plan& plan, Checkpoi
   return damaged_final;
 }
 
-// What --verify-done forgot reaches the checkpoint before any shard goes back to .partial:
-// killed in between, the next run must not find the damaged chunks recorded done, nor a
-// shard recorded finished that is no longer under its final name. The report goes first,
-// as where a file was lost: an output holding a report holds everything else.
-void reopen_damaged_shards(const Plan& plan, const std::filesystem::path& checkpoint_path, CheckpointState& state,
-                           const std::vector<std::filesystem::path>& damaged_final) {
-  if (damaged_final.empty()) return;
+// What a resume forgot (lost files, damaged or pending chunks) reaches the checkpoint
+// before any shard goes back to .partial and before create_all makes a lost .partial anew
+// (zeros at its planned size): killed in between, the next run must not find those chunks
+// recorded done, nor a shard recorded finished that is no longer under its final name. The
+// report goes first: an output holding a report holds everything else.
+void reopen_shards(const Plan& plan, const std::filesystem::path& checkpoint_path, CheckpointState& state,
+                   const std::vector<std::filesystem::path>& finished_to_reopen) {
   std::filesystem::remove(plan.dst / plan.report_file());
+  io::fsync_folder(plan.dst);
   ++state.generation;
   save_checkpoint(checkpoint_path, state);
-  for (const auto& path : damaged_final) std::filesystem::rename(path, path.string() + ".partial");
+  for (const auto& path : finished_to_reopen) std::filesystem::rename(path, path.string() + ".partial");
 }
 
 // Rank 0's preparation; returns the checkpoint state to continue from, or nullopt when
@@ -318,9 +328,10 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   const std::string mismatch = loaded ? fingerprint_mismatch(loaded->state, plan.fingerprint) : "";
   // Checked before "complete already": a damaged chunk of a complete output undoes the
   // steps after it (the report among them), and the run then mends it.
-  if (loaded && mismatch.empty()) forget_what_is_not_on_disk(plan, loaded->state);
+  bool forgotten = loaded && mismatch.empty() && forget_what_is_not_on_disk(plan, loaded->state);
   if (loaded && mismatch.empty() && args.verify_done) {
-    reopen_damaged_shards(plan, checkpoint_path, loaded->state, verify_done_chunks(plan, loaded->state));
+    const std::vector<std::filesystem::path> damaged = verify_done_chunks(plan, loaded->state);
+    if (!damaged.empty()) reopen_shards(plan, checkpoint_path, loaded->state, damaged);
   }
   if (!args.force && output_complete(plan, loaded) && (!loaded || !mismatch.empty() || links_present(plan))) {
     if (!loaded || !mismatch.empty()) {
@@ -352,7 +363,10 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
                                     [&](const Blob& b) { return b.name == factor_blob_name(set); });
     if (!stored) check_factor_source(plan, set); // refuse a bad linear before any work
   }
-  if (loaded) reopen_shards_with_pending_chunks(plan, state);
+  if (loaded) {
+    const std::vector<std::filesystem::path> pending = shards_with_pending_chunks(plan, state);
+    if (forgotten || !pending.empty()) reopen_shards(plan, checkpoint_path, state, pending);
+  }
   link_unchanged(plan);
   // Resuming (from either generation) keeps the .partial files; a fresh start rewrites them.
   outputs.create_all(loaded.has_value());

@@ -54,6 +54,19 @@ grep -q "chunks the checkpoint records done: they are computed again" "$WORK/res
 same_output "$WORK/ref" "$WORK/mid"
 echo "lost .partial files' done chunks are computed again, to the uninterrupted bytes"
 
+# 2b. The same, the resume killed right after it made the lost .partial files anew (at
+#     their planned size, zeros): what it forgot was saved first, so the next run computes
+#     those chunks again instead of trusting zeros.
+SHARDQ_TEST_CHUNK_DELAY_MS=20 SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/crash2.log" "${ARGS[@]}" --dst "$WORK/mid2" &&
+  fail "the second crash did not happen"
+rm "$WORK/mid2"/*.partial
+SHARDQ_CRASH_AT=outputs:1 run_shardq 0 "$WORK/recreated.log" "${ARGS[@]}" --dst "$WORK/mid2" &&
+  fail "the crash after the .partial files were made anew did not happen"
+compgen -G "$WORK/mid2/*.partial" >/dev/null || fail "no .partial files made anew before the crash"
+run_shardq 0 "$WORK/resume2.log" "${ARGS[@]}" --dst "$WORK/mid2" || fail "the resume: $(tail -3 "$WORK/resume2.log")"
+same_output "$WORK/ref" "$WORK/mid2"
+echo "a resume killed after making lost .partial files anew still computes their chunks again"
+
 # 3. A run that kept its checkpoint elsewhere (--checkpoint), killed after it finished a
 #    shard, then run without it: refused, naming the shard and the checkpoint looked for;
 #    with it, finished to the uninterrupted bytes.
@@ -67,4 +80,20 @@ grep -q "^shardq: error: .*holds 1 finished shard(s) of an earlier run .* but no
   "$WORK/without.log" || fail "the refusal: $(tail -2 "$WORK/without.log")"
 run_shardq 0 "$WORK/with.log" "${ARGS[@]}" "${ELSEWHERE[@]}" --dst "$WORK/kept" || fail "the run with its checkpoint"
 same_output "$WORK/ref" "$WORK/kept"
-echo "PASS: $(grep '^shardq: error' "$WORK/without.log" | cut -c1-200)"
+echo "a run without its checkpoint is refused: $(grep '^shardq: error' "$WORK/without.log" | cut -c1-200)"
+
+# 4. A complete output whose newest checkpoint is unusable: the run falls back to .prev,
+#    which records chunks pending, and the shards renamed since go back to .partial. The
+#    report goes first (an output holding a report holds everything else), killed then too.
+SHARDQ_TEST_CHUNK_DELAY_MS=20 SHARDQ_CRASH_AT=save:3 run_shardq 0 "$WORK/crash4.log" "${ARGS[@]}" --dst "$WORK/fell" &&
+  fail "the fourth crash did not happen"
+run_shardq 0 "$WORK/finish4.log" "${ARGS[@]}" --dst "$WORK/fell" || fail "finishing: $(tail -3 "$WORK/finish4.log")"
+[[ -f "$WORK/fell/w8a8-int8.json" && -f "$WORK/fell/.shardq/checkpoint.h5.prev" ]] || fail "no report or no .prev"
+truncate -s 100 "$WORK/fell/.shardq/checkpoint.h5"
+SHARDQ_CRASH_AT=outputs:1 run_shardq 0 "$WORK/fallback.log" "${ARGS[@]}" --dst "$WORK/fell" &&
+  fail "the crash after the fallback did not happen"
+grep -q "back to .partial" "$WORK/fallback.log" || fail "no shard went back to .partial: $(tail -3 "$WORK/fallback.log")"
+[[ ! -e "$WORK/fell/w8a8-int8.json" ]] || fail "the report stayed beside shards gone back to .partial"
+run_shardq 0 "$WORK/after4.log" "${ARGS[@]}" --dst "$WORK/fell" || fail "after the fallback: $(tail -3 "$WORK/after4.log")"
+same_output "$WORK/ref" "$WORK/fell"
+echo "PASS: a fallback that reopens shards removes the report first"
