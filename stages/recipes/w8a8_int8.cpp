@@ -39,10 +39,12 @@ struct SourceLinear {
 
 std::optional<SourceLinear> find_linear(const CheckpointView& source, const SourceTensor& tensor) {
   const std::string& name = tensor.spec.name;
-  if (name.size() < 7 || name.compare(name.size() - 7, 7, ".weight") != 0) return std::nullopt;
+  // By name, as the audit decides: an FP8 router gate or head with its scale is kept as it
+  // is. Its shape is checked below, so that a quantized weight of another rank is refused.
+  const auto module = linear_module_by_name(name);
+  if (!module) return std::nullopt;
   SourceLinear linear;
-  linear.module = std::string_view(name).substr(0, name.size() - 7);
-  if (matches_components(linear.module, "engram.embed")) return std::nullopt; // a lookup table, kept
+  linear.module = *module;
   thread_local std::string scale_name; // no heap string for each of 100K names
   scale_name.assign(linear.module).append(".scale");
   linear.scale = source.find_near(scale_name, tensor);
@@ -193,9 +195,13 @@ bool ignore_matches(std::string_view module, const std::vector<std::string>& ign
 }
 
 std::optional<std::string_view> linear_weight_module(const TensorSpec& spec) {
+  if (spec.shape.size() != 2) return std::nullopt;
+  return linear_module_by_name(spec.name);
+}
+
+std::optional<std::string_view> linear_module_by_name(std::string_view name) {
   constexpr std::string_view kSuffix = ".weight";
-  const std::string_view name = spec.name;
-  if (spec.shape.size() != 2 || !name.ends_with(kSuffix)) return std::nullopt;
+  if (!name.ends_with(kSuffix)) return std::nullopt;
   const std::string_view module = name.substr(0, name.size() - kSuffix.size());
   const std::string_view last = module.substr(module.rfind('.') + 1); // the whole name when it has no dot
   if (last.find("norm") != std::string_view::npos) return std::nullopt;

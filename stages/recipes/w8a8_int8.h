@@ -41,6 +41,8 @@ bool matches_components(std::string_view module, std::string_view entry); // one
 // 2-D, not a norm and not one of the model's other matrices (embeddings, Engram tables,
 // heads, router gates). Whatever its dtype: the audit finds the output's linears by it.
 std::optional<std::string_view> linear_weight_module(const TensorSpec& spec);
+// The same by name alone (a view of `name`).
+std::optional<std::string_view> linear_module_by_name(std::string_view name);
 
 // The module of linear `linear` of a W8A8 task (its weight's name without .weight).
 std::string_view linear_module(const Task& task, size_t linear);

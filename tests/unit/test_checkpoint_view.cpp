@@ -258,6 +258,26 @@ TEST(W8a8Plan, LinearWeightsByNameAndShape) {
   EXPECT_EQ(module_of("layers.0.shead.weight", {64, 64}), "layers.0.shead");     // "head" is a whole component
 }
 
+// A router gate or head stored FP8 with an E8M0 scale is kept as it is (weight and scale
+// copied), as the audit's key diff expects: not made INT8 because a scale lies beside it.
+TEST(W8a8Plan, QuantizedGateAndHeadKeptAsTheyAre) {
+  const CheckpointView view = one_shard_view("/models/src", {{"head.weight", Dtype::F8_E4M3, {64, 64}},
+                                                             {"head.scale", Dtype::F8_E8M0, {2, 2}},
+                                                             {"layers.0.ffn.gate.weight", Dtype::F8_E4M3, {32, 64}},
+                                                             {"layers.0.ffn.gate.scale", Dtype::F8_E8M0, {1, 2}},
+                                                             {"layers.0.attn.wq_b.weight", Dtype::F8_E4M3, {64, 64}},
+                                                             {"layers.0.attn.wq_b.scale", Dtype::F8_E8M0, {2, 2}}});
+  const RecipePlan plan = W8a8Int8Recipe().plan({RecipeParams{}, view, nullptr, {}, {}});
+  ASSERT_EQ(plan.tasks.size(), 1u);
+  EXPECT_EQ(plan.tasks[0].name, "layers.0.attn.wq_b");
+  for (const std::string name : {"head.weight", "head.scale", "layers.0.ffn.gate.weight", "layers.0.ffn.gate.scale"}) {
+    const auto& entries = plan.shards.at(0);
+    const auto kept = std::ranges::find_if(entries, [&](const ShardEntry& e) { return e.spec.name == name; });
+    ASSERT_NE(kept, entries.end()) << name;
+    EXPECT_EQ(kept->source, EntrySource::copy) << name;
+  }
+}
+
 // The StageError a W8A8 plan of `view` throws, or "" (and a test failure) if it plans.
 std::string plan_error(const RecipeParams& params, const CheckpointView& view) {
   try {
