@@ -294,6 +294,23 @@ std::string recipe_of_output(const std::filesystem::path& dst) {
 }
 
 // The job to check against: JOB.toml when given, else what the report records.
+const nlohmann::ordered_json& report_parameters(const nlohmann::ordered_json& report) {
+  static const nlohmann::ordered_json kNone = nlohmann::ordered_json::object();
+  return report.contains("parameters") ? report["parameters"] : kNone;
+}
+
+// The job keys a report records under "parameters" that decide its output's bytes:
+// without a job file verify takes them from the report; with one it requires them equal
+// (check_made_by_job).
+template <class Visit> void visit_made_with_keys(Job& job, Visit&& visit) {
+  visit("mse_candidates", job.mse_candidates);
+  visit("mse_alpha_min", job.mse_alpha_min);
+  visit("gptq_damp", job.gptq_damp);
+  visit("gptq_block", job.gptq_block);
+  visit("keep_mtp", job.keep_mtp);
+  visit("ignore", job.ignore);
+}
+
 Job verify_job(const VerifyArgs& args) {
   Job job;
   if (!args.job_file.empty()) job = load_job(args.job_file, {});
@@ -302,17 +319,36 @@ Job verify_job(const VerifyArgs& args) {
   job.dst = args.dst;
   if (args.job_file.empty()) {
     const auto report = io::read_json_object(std::filesystem::path(args.dst) / (job.recipe + ".json"));
-    const auto& parameters = report.contains("parameters") ? report["parameters"] : nlohmann::ordered_json::object();
+    const auto& parameters = report_parameters(report);
+    job.method = report.value("method", job.method);
     job.input_scales_from = parameters.value("input_scales_from", std::string());
-    job.mse_candidates = parameters.value("mse_candidates", job.mse_candidates);
-    job.mse_alpha_min = parameters.value("mse_alpha_min", job.mse_alpha_min);
-    job.gptq_damp = parameters.value("gptq_damp", job.gptq_damp);
-    job.gptq_block = parameters.value("gptq_block", job.gptq_block);
-    job.keep_mtp = parameters.value("keep_mtp", true);
     job.engram_min_cosine = parameters.value("engram_min_cosine", job.engram_min_cosine);
-    if (parameters.contains("ignore")) job.ignore = parameters["ignore"].get<std::vector<std::string>>();
+    visit_made_with_keys(job, [&](const char* key, auto& value) {
+      if (parameters.contains(key)) value = parameters[key].get<std::decay_t<decltype(value)>>();
+    });
   }
   return job;
+}
+
+// With a job file, the output must be that job's: its report's method and parameters equal
+// to the job's. An rtn output would otherwise pass a gptq-mse job's audit, which for GPTQ
+// checks no error bound.
+void check_made_by_job(const Job& job, const nlohmann::ordered_json& report, Audit& audit) {
+  std::vector<std::string> differences;
+  const auto reads = make_recipe(job.recipe)->quant_keys();
+  const std::string method = report.value("method", std::string());
+  if (std::ranges::find(reads, "method") != reads.end() && method != job.method) {
+    differences.push_back(fmt::format("method: report {}, job {}", method, job.method));
+  }
+  const auto& parameters = report_parameters(report);
+  Job job_copy = job;
+  visit_made_with_keys(job_copy, [&](const char* key, const auto& value) {
+    const nlohmann::ordered_json expected = value;
+    if (parameters.contains(key) && parameters[key] != expected) {
+      differences.push_back(fmt::format("{}: report {}, job {}", key, parameters[key].dump(), expected.dump()));
+    }
+  });
+  audit.check("made by this job", differences.empty(), job.recipe + ".json", fmt::format("{}", fmt::join(differences, "; ")));
 }
 
 // Index closed: every shard it names is present and whole (its header matches its size),
@@ -587,9 +623,9 @@ int cmd_verify(const VerifyArgs& args) {
     throw PipelineError(fmt::format("{}: no report: not a finished shardq output", report_path.string()));
   }
   const nlohmann::ordered_json report = io::read_json_object(report_path);
-  if (args.job_file.empty()) job.method = report.value("method", job.method);
   const Plan plan = make_plan(job, 1);
   Audit audit;
+  if (!args.job_file.empty()) check_made_by_job(job, report, audit);
   AuditReaders readers{io::ShardReaders(plan.src), io::ShardReaders(plan.dst)};
   verify_index(plan, readers, audit);
   const std::set<size_t> engram_shards = shards_with_engram_tables(plan);

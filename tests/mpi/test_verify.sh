@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `shardq verify` passes on a finished output (rtn, mse and gptq-mse; rtn and mse tables
-# equal to the method's own bytes; mse with other search settings, read from the report)
+# equal to the method's own bytes; mse with other search settings, read from the report;
+# with a job file, the report's method and settings must be the job's)
 # and fails, naming the tensor and row, when one byte of
 # an output table is changed, when a row is re-quantized at twice the scales mse picks
 # (within the bound, not the method's bytes), when the global scale's header is F32 [1], and
@@ -30,6 +31,21 @@ done
   { cat "$work/verify-mse12.log"; echo "FAIL: verify without the job file used other mse settings"; exit 1; }
 grep -Eq "^nvfp4 table bytes as the method makes them +2 +0" "$work/verify-mse12.log" || { cat "$work/verify-mse12.log"; exit 1; }
 echo "verify: takes the job's mse settings from the report"
+
+# With the job file, an output made another way fails "made by this job": the rtn output
+# against the gptq-mse job (whose audit checks no error bound for GPTQ), the 12-candidate
+# mse output against an 8-candidate mse job.
+if "$SHARDQ_BIN" verify --src "$work/src" --dst "$work/rtn" "$job" >"$work/verify-other.log"; then
+  cat "$work/verify-other.log"; echo "FAIL: an rtn output passed the gptq-mse job's audit"; exit 1
+fi
+grep -q "^FAIL  engram-nvfp4.json: method: report rtn, job gptq-mse" "$work/verify-other.log" || { cat "$work/verify-other.log"; exit 1; }
+sed 's/^method = "gptq-mse"$/method = "mse"/' "$job" >"$work/mse-job.toml"
+if "$SHARDQ_BIN" verify --src "$work/src" --dst "$work/mse12" "$work/mse-job.toml" >"$work/verify-other.log"; then
+  cat "$work/verify-other.log"; echo "FAIL: a 12-candidate output passed an 8-candidate job's audit"; exit 1
+fi
+grep -q "^FAIL  engram-nvfp4.json: mse_candidates: report 12, job 8" "$work/verify-other.log" || { cat "$work/verify-other.log"; exit 1; }
+"$SHARDQ_BIN" verify --src "$work/src" --dst "$work/gptq-mse" "$job" >"$work/verify-same.log" || { cat "$work/verify-same.log"; exit 1; }
+echo "verify: with a job file, fails an output the job did not make"
 
 # One row of the mse output's last table re-quantized, round to nearest, at twice each
 # block's scale: every value stays within half a step at the scale stored, so only the
