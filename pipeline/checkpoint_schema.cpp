@@ -248,8 +248,11 @@ std::vector<Blob> read_blob_data(hdf5::FileReader& r) {
   return blobs;
 }
 
-// The generation's blobs: none, or those of `checkpoint`'s blob file, which must hold the
-// names and the digest the generation recorded (returned in `digest`).
+// The generation's blobs: none, or the first ones of `checkpoint`'s blob file, which must
+// be the names and the digest the generation recorded (returned in `digest`). The file may
+// hold more: a run only adds blobs, and the file that holds a new factor set is put in
+// place before the generation that records it, so .prev (and, killed in between, the
+// newest) records a prefix of the file's.
 std::vector<Blob> read_blobs(hdf5::FileReader& r, const fs::path& checkpoint, uint64_t& digest) {
   Hid group = r.group(r.root(), "blobs");
   const auto names = r.string_dataset(group.get(), "names");
@@ -260,6 +263,7 @@ std::vector<Blob> read_blobs(hdf5::FileReader& r, const fs::path& checkpoint, ui
   if (!fs::exists(file, ec)) throw PipelineError(checkpoint.string() + ": its blob file " + file.string() + " is missing");
   hdf5::FileReader blob_reader(file);
   auto blobs = read_blob_data(blob_reader);
+  if (blobs.size() > names.size()) blobs.resize(names.size());
   const bool same_names = std::equal(names.begin(), names.end(), blobs.begin(), blobs.end(),
                                      [](const std::string& name, const Blob& b) { return b.name == name; });
   if (!same_names || blobs_digest(blobs) != digest)

@@ -185,6 +185,31 @@ TEST_F(CheckpointTest, BlobsAreWrittenOnceBesideTheCheckpoint) {
   EXPECT_FALSE(fs::exists(fs::path(file.string() + ".tmp")));
 }
 
+// The blob file is replaced (holding one factor set more) before the generation that
+// records the new set: killed in between, or later with the newest generation lost, the
+// older generation still loads from that file (its blobs are the file's first ones).
+TEST_F(CheckpointTest, OlderGenerationLoadsFromABlobFileThatGrew) {
+  CheckpointState older = some_state(1, 10, /*factors=*/true);
+  older.blobs.resize(1);
+  save_checkpoint(path_, older);
+  CheckpointState newer = some_state(1, 10, /*factors=*/true);
+  newer.generation = 2;
+  ASSERT_EQ(newer.blobs.size(), 2u);
+  ASSERT_EQ(newer.blobs[0], older.blobs[0]);
+  save_checkpoint(path_, newer);
+  std::ofstream(path_, std::ios::trunc) << "cut short"; // the newest generation lost
+  const auto loaded = load_checkpoint(path_);
+  ASSERT_TRUE(loaded.has_value());
+  EXPECT_TRUE(loaded->fell_back);
+  EXPECT_EQ(loaded->state, older);
+  // A file whose first blob differs from the generation's is still refused.
+  CheckpointState other = newer;
+  other.blobs[0].values[3] += 1.0;
+  save_checkpoint(dir_ / "other.h5", other);
+  fs::copy_file(blobs_file(dir_ / "other.h5"), blobs_file(path_), fs::copy_options::overwrite_existing);
+  EXPECT_THROW(load_checkpoint(path_), PipelineError);
+}
+
 // A generation needs its blob file: missing, or holding other blobs (another run's file
 // copied over it), the checkpoint is refused with the file named, not half-loaded.
 TEST_F(CheckpointTest, MissingOrForeignBlobFileIsRefused) {
