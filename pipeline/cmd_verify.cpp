@@ -164,7 +164,7 @@ void check_report_figure(const nlohmann::ordered_json& report_table, const std::
 // for rtn and mse, whose bytes verify makes again, the block counters of that quantization
 // (GPTQ counts them on the error-fed rows, which verify does not make).
 void check_table_report_figures(const Task& task, const nlohmann::ordered_json& report_table, float amax,
-                                const ChunkStats* requantized, Audit& audit) {
+                                const ChunkStats* requantized, size_t mse_candidates, Audit& audit) {
   const std::string& tensor = task.outputs[0].name;
   check_report_figure(report_table, tensor, "rows", task.rows, audit);
   check_report_figure(report_table, tensor, "cols", task.cols, audit);
@@ -175,10 +175,13 @@ void check_table_report_figures(const Task& task, const nlohmann::ordered_json& 
   if (!requantized) return;
   check_report_figure(report_table, tensor, "zero_blocks", requantized->zero_blocks, audit);
   check_report_figure(report_table, tensor, "scale_underflows", requantized->scale_underflows, audit);
-  if (!report_table.contains("mse_candidate_wins")) return;
+  // One entry per candidate for mse (a report with fewer, or none, does not pass), none for rtn.
+  if (mse_candidates == 0 && !report_table.contains("mse_candidate_wins")) return;
   std::vector<uint64_t> wins;
-  for (const auto& candidate : report_table["mse_candidate_wins"]) wins.push_back(candidate.value("wins", uint64_t{0}));
-  const size_t candidates = std::min(wins.size(), requantized->candidate_wins.size());
+  if (report_table.contains("mse_candidate_wins")) {
+    for (const auto& candidate : report_table["mse_candidate_wins"]) wins.push_back(candidate.value("wins", uint64_t{0}));
+  }
+  const size_t candidates = std::min(mse_candidates, requantized->candidate_wins.size());
   std::vector<uint64_t> recomputed(requantized->candidate_wins.begin(), requantized->candidate_wins.begin() + ptrdiff_t(candidates));
   audit.check("nvfp4 report figures", wins == recomputed, tensor + " mse_candidate_wins",
               fmt::format("report [{}], recomputed [{}]", fmt::join(wins, ", "), fmt::join(recomputed, ", ")));
@@ -234,7 +237,8 @@ void verify_engram_nvfp4(const Plan& plan, const Task& task, const nlohmann::ord
   const double reported = report_table.value("rel_rms_error", -1.0);
   audit.check("nvfp4 report figures", std::fabs(rel_rms - reported) <= 1e-9 * std::max(1.0, std::fabs(rel_rms)), task.outputs[0].name + " rel_rms_error",
               fmt::format("recomputed {:.12g}, report {:.12g}", rel_rms, reported));
-  check_table_report_figures(task, report_table, amax, round_to_nearest ? &requantized.totals : nullptr, audit);
+  const size_t mse_candidates = plan.job.uses_mse() ? size_t(plan.job.mse_candidates) : 0;
+  check_table_report_figures(task, report_table, amax, round_to_nearest ? &requantized.totals : nullptr, mse_candidates, audit);
 }
 
 // Shards holding an Engram table are their own row of the table (the products promise them).

@@ -137,7 +137,8 @@ grep -q "^FAIL  layers.1.engram.embed.weight_scale_2: is F32 \[1\], planned F32 
 echo "verify: fails a global scale whose header is not F32 []"
 
 # The report's figures of a table recomputed: a report claiming one zero block more, one
-# scale underflow less, another MSE candidate's win, or another amax fails, naming each.
+# scale underflow less, another MSE candidate's win, another amax, or no MSE wins at all
+# fails, naming each.
 cp -al "$work/mse" "$work/report"
 python3 - "$work/report/engram-nvfp4.json" <<'PY'
 import json, os, sys
@@ -150,6 +151,7 @@ wins = table["mse_candidate_wins"]
 wins[0]["wins"] += 1
 wins[-1]["wins"] -= 1
 report["tables"][0]["amax"] *= 2
+del report["tables"][0]["mse_candidate_wins"]  # an mse table's wins left out
 os.unlink(path)  # a hard link of the mse output's: replaced, never written through
 json.dump(report, open(path, "w"), indent=2)
 PY
@@ -157,8 +159,9 @@ if "$SHARDQ_BIN" verify --src "$work/src" --dst "$work/report" >"$work/verify-re
   cat "$work/verify-report.log"; echo "FAIL: verify passed a report with doctored figures"; exit 1
 fi
 for figure in "layers.14.engram.embed.weight zero_blocks" "layers.14.engram.embed.weight scale_underflows" \
-  "layers.14.engram.embed.weight mse_candidate_wins" "layers.1.engram.embed.weight amax"; do
+  "layers.14.engram.embed.weight mse_candidate_wins" "layers.1.engram.embed.weight amax" \
+  "layers.1.engram.embed.weight mse_candidate_wins"; do
   grep -q "^FAIL  $figure: report " "$work/verify-report.log" || { cat "$work/verify-report.log"; echo "FAIL: $figure not failed"; exit 1; }
 done
-grep -Eq "^nvfp4 report figures +[0-9]+ +4 *$" "$work/verify-report.log" || { cat "$work/verify-report.log"; exit 1; }
+grep -Eq "^nvfp4 report figures +[0-9]+ +5 *$" "$work/verify-report.log" || { cat "$work/verify-report.log"; exit 1; }
 echo "verify: fails a report whose table figures are not the output's"
