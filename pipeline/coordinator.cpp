@@ -218,6 +218,9 @@ void Coordinator::on_reduce(const ReduceResult& result) {
   --in_flight_;
   const size_t task = size_t(result.task);
   auto& record = state_.tasks[task].reductions[size_t(result.chunk)];
+  // Counted once, as a chunk is (on_chunk_done): a group counted reduced one result early
+  // would encode with a scale taken before all of its reductions were in.
+  if (record.done) return;
   record.done = 1;
   record.value = result.value;
   changes_.reductions.emplace_back(uint32_t(task), uint64_t(result.chunk));
