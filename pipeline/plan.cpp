@@ -285,6 +285,45 @@ CheckpointView read_checkpoint_view(const std::filesystem::path& dir, io::ShardI
   return read_checkpoint_view(readers, index_out);
 }
 
+namespace {
+
+// The index must name every tensor the shards hold, each in the shard that holds it: the
+// plan reads the shards, the output index is made from this one, and a tensor the index
+// names elsewhere, or a name no shard holds (a download of mixed revisions), would
+// otherwise reach the output index as it is. Names are unique across the shards
+// (view.index()), so equal counts and every entry found in its shard cover both ways.
+void check_index_matches_shards(const io::ShardIndex& index, const CheckpointView& view,
+                                const std::filesystem::path& index_path) {
+  // In blocks on every core (100K lookups); the first entry that does not match is named.
+  constexpr size_t kBlock = 8192;
+  const size_t blocks = (index.size() + kBlock - 1) / kBlock;
+  std::vector<size_t> first_wrong(blocks, index.size());
+  parallel_for(blocks, [&](size_t b) {
+    for (size_t e = b * kBlock; e < std::min(index.size(), (b + 1) * kBlock); ++e) {
+      const SourceTensor* held = view.find(index.tensor(e));
+      if (held && view.shard_files[held->shard] == index.shard(e)) continue;
+      first_wrong[b] = e;
+      return;
+    }
+  });
+  for (const size_t e : first_wrong) {
+    if (e == index.size()) continue;
+    const std::string_view tensor = index.tensor(e);
+    const std::string& shard = index.shard(e);
+    const SourceTensor* held = view.find(tensor);
+    throw PipelineError(fmt::format("{}: names '{}' in {}, {}", index_path.string(), tensor, shard,
+                                    held ? "but " + view.shard_files[held->shard] + " holds it" : "but no shard holds it"));
+  }
+  if (index.size() == view.tensors.size()) return;
+  for (const SourceTensor& t : view.tensors) {
+    if (index.shard_of(t.spec.name)) continue;
+    throw PipelineError(fmt::format("{}: holds '{}', which the index {} does not name", (view.dir / view.shard_files[t.shard]).string(),
+                                    t.spec.name, index_path.string()));
+  }
+}
+
+} // namespace
+
 CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* index_out) {
   const std::filesystem::path& dir = readers.folder();
   if (!std::filesystem::is_directory(dir)) throw PipelineError(fmt::format("{}: checkpoint folder not found", dir.string()));
@@ -314,6 +353,7 @@ CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* i
     for (const auto& t : readers.opened(view.shard_files[s]).tensors()) *slot++ = {{t.name, t.dtype, t.shape}, s};
   });
   view.index();
+  check_index_matches_shards(index, view, index_path);
   if (index_out) *index_out = std::move(index);
   return view;
 }

@@ -11,7 +11,8 @@
 #     read (quant.ignore or quant.keep_mtp on engram-nvfp4, quant.method on w8a8-int8): the
 #     error names the key and the keys the recipe reads;
 #  5. a .safetensors file in dst that the output does not name (refused with --force too,
-#     left as it was), or one in the source that its index does not name (refused).
+#     left as it was), or one in the source that its index does not name (refused);
+#  6. an index that does not match its shards: refused, naming the tensor.
 # Env: SHARDQ_BIN, SHARDQ_SOURCE_DIR. Exit 77 (skip) without SHARDQ_BIN.
 # shellcheck source-path=SCRIPTDIR source=counting_lib.sh
 source "$(dirname "$0")/counting_lib.sh"
@@ -182,6 +183,40 @@ check_stray_shards() {
   echo "ok: stray in the source: $(grep -m1 'error' "$work/out-stray-src.log")"
 }
 
+# An index that does not match the shards (a download of mixed revisions): a tensor under
+# another shard than the one holding it, a name no shard holds, a tensor no entry names.
+# Each is refused before dst is made, naming the tensor (the output index is made from the
+# source's, and would otherwise name tensors where they are not).
+check_index_against_shards() {
+  local case src
+  for case in moved ghost unnamed; do
+    src=$(fixture_copy "src-index-$case")
+    python3 - "$src/model.safetensors.index.json" "$case" <<'PY'
+import json, os, sys
+path, case = sys.argv[1], sys.argv[2]
+index = json.load(open(path))
+weights = index["weight_map"]
+shards = sorted(set(weights.values()))
+if case == "moved":
+    weights["layers.0.attn.wq_b.weight"] = next(s for s in shards if s != weights["layers.0.attn.wq_b.weight"])
+elif case == "ghost":
+    weights["ghost.weight"] = shards[0]
+else:
+    del weights["layers.0.attn.wo_b.weight"]
+os.unlink(path)  # a hard link of the fixture's: replaced, never written through
+json.dump(index, open(path, "w"), indent=2)
+PY
+    run_expect_failure "index-$case" "$work/out-index-$case.log" --src "$src" --dst "$work/out-index-$case" || continue
+    case $case in
+      moved) expect_in_log index-moved "$work/out-index-moved.log" "names 'layers.0.attn.wq_b.weight' in model-0000" ;;
+      ghost) expect_in_log index-ghost "$work/out-index-ghost.log" "names 'ghost.weight' in model-00001-of-00006.safetensors, but no shard holds it" ;;
+      unnamed) expect_in_log index-unnamed "$work/out-index-unnamed.log" "holds 'layers.0.attn.wo_b.weight', which the index" ;;
+    esac
+    [ ! -e "$work/out-index-$case" ] || fail "index-$case: dst was made"
+    echo "ok: index $case: $(grep -m1 'error' "$work/out-index-$case.log")"
+  done
+}
+
 "$SHARDQ_BIN" fixture --preset dsv41-mini --out "$work/src" >/dev/null
 table=layers.14.engram.embed.weight
 check_nan_in_table nan-7f "$table" 30001 77 0x7F column
@@ -191,5 +226,6 @@ check_layout_mismatch
 check_force
 check_unknown_keys
 check_stray_shards
+check_index_against_shards
 [ "$failures" -eq 0 ] || { echo "test_bad_input: $failures failures"; exit 1; }
 echo "test_bad_input: all passed"
