@@ -97,6 +97,11 @@ class StrictDomBuilder {
 } // namespace
 
 nlohmann::ordered_json parse_json_strict(std::string_view text, const std::string& label, std::string_view what) {
+  // nlohmann's lexer reads a NUL as the end of the input and would drop what follows it
+  // (a header's later tensors); a raw NUL is never JSON.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw IoError(fmt::format("{}: {} is not valid JSON: a NUL byte at offset {}", label, what, nul));
+  }
   StrictDomBuilder builder(label, what);
   try {
     Json::sax_parse(text.begin(), text.end(), &builder);

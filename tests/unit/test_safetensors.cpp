@@ -467,6 +467,15 @@ TEST(SafetensorsReader, RejectsHeaderThatIsNotJson) {
   expect_rejected(dir / "text.safetensors", "header is not valid JSON");
 }
 
+// A NUL ends nlohmann's input: the tensor after it was dropped, silently.
+TEST(SafetensorsReader, RejectsANulInTheHeader) {
+  ScratchDir dir;
+  const std::string header = std::string(R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]})") + '\0' +
+                             R"(, "b": {"dtype": "U8", "shape": [4], "data_offsets": [4, 8]}})";
+  test::write_safetensors_raw(dir / "nul.safetensors", header, 8);
+  expect_rejected(dir / "nul.safetensors", "header is not valid JSON: a NUL byte at offset 59");
+}
+
 // Found by the fuzzer: a number beyond double range made the JSON parser throw an
 // exception the reader did not turn into its own error.
 TEST(SafetensorsReader, RejectsNumberOutOfRange) {
