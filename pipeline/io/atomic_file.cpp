@@ -64,7 +64,7 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 
 std::string read_file_bounded(const std::filesystem::path& path, uint64_t max_bytes) {
   const std::string label = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO: refused below, not waited on
   if (fd < 0) throw IoError(fmt::format("{}: cannot open: {}", label, errno_text(errno)));
   std::string bytes;
   try {

@@ -256,7 +256,9 @@ std::vector<TensorInfo> parse_header(std::string_view header_json, uint64_t head
 
 Reader::Reader(const std::filesystem::path& path) : path_(path) {
   const std::string& label = path_.native();
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO named like a shard returns (and fails the regular-file
+  // check) instead of waiting for a writer; on a regular file it changes nothing.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) throw IoError(fmt::format("{}: cannot open: {}", label, errno_text(errno)));
   try {
     struct stat info {};

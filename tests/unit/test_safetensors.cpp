@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <numeric>
 
+#include "pipeline/io/atomic_file.h"
 #include "pipeline/io/safetensors.h"
 #include "pipeline/io/shard_readers.h"
 #include "io_test_util.h"
@@ -465,6 +467,21 @@ TEST(SafetensorsReader, RejectsHeaderThatIsNotJson) {
   ScratchDir dir;
   test::write_safetensors_raw(dir / "text.safetensors", "{not json at all", 0);
   expect_rejected(dir / "text.safetensors", "header is not valid JSON");
+}
+
+// A FIFO named like a shard (or like the index) is refused at once: a blocking open would
+// wait for a writer for ever, the run with it.
+TEST(SafetensorsReader, RefusesAFifoWithoutWaiting) {
+  ScratchDir dir;
+  const auto fifo = dir / "stray.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_rejected(fifo, "not a regular file");
+  try {
+    read_file_bounded(fifo, 1024);
+    FAIL() << "a FIFO was read";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not a regular file"));
+  }
 }
 
 // A NUL ends nlohmann's input: the tensor after it was dropped, silently.
