@@ -290,14 +290,31 @@ void print_dtype_totals(const CheckpointView& output) {
 }
 
 // The recipe of a finished output: the product whose report is there.
-std::string recipe_of_output(const std::filesystem::path& dst) {
+// The recipes whose report the output folder holds: one for a finished output.
+std::vector<std::string> reports_in(const std::filesystem::path& dst) {
+  std::vector<std::string> recipes;
   for (const auto& name : recipe_names()) {
-    if (std::filesystem::exists(dst / (name + ".json"))) return name;
+    if (std::filesystem::exists(dst / (name + ".json"))) recipes.push_back(name);
   }
-  throw PipelineError(fmt::format("{}: no report: not a finished shardq output", dst.string()));
+  return recipes;
 }
 
-// The job to check against: JOB.toml when given, else what the report records.
+// The recipe of a finished output: the one report it holds; none, or more than one (the
+// products of two jobs in one folder), is refused.
+std::string recipe_of_output(const std::filesystem::path& dst, const std::string& job_recipe) {
+  const std::vector<std::string> recipes = reports_in(dst);
+  if (recipes.size() > 1) {
+    throw PipelineError(fmt::format("{}: holds the reports of {}: the outputs of two jobs in one folder", dst.string(),
+                                    fmt::join(recipes, " and ")));
+  }
+  if (recipes.empty()) throw PipelineError(fmt::format("{}: no report: not a finished shardq output", dst.string()));
+  if (!job_recipe.empty() && recipes.front() != job_recipe) {
+    throw PipelineError(fmt::format("{}: an output of recipe {} (its report {}.json), not of the job's recipe {}",
+                                    dst.string(), recipes.front(), recipes.front(), job_recipe));
+  }
+  return recipes.front();
+}
+
 const nlohmann::ordered_json& report_parameters(const nlohmann::ordered_json& report) {
   static const nlohmann::ordered_json kNone = nlohmann::ordered_json::object();
   return report.contains("parameters") ? report["parameters"] : kNone;
@@ -315,10 +332,12 @@ template <class Visit> void visit_made_with_keys(Job& job, Visit&& visit) {
   visit("ignore", job.ignore);
 }
 
+// The job to check against: JOB.toml when given, else what the report records.
 Job verify_job(const VerifyArgs& args) {
   Job job;
-  if (!args.job_file.empty()) job = load_job(args.job_file, {});
-  else job.recipe = recipe_of_output(args.dst);
+  if (!args.job_file.empty()) job = load_job(args.job_file, args.overrides);
+  else if (!args.overrides.empty()) throw PipelineError("verify: --set needs the job file it overrides");
+  job.recipe = recipe_of_output(args.dst, args.job_file.empty() ? "" : job.recipe);
   job.src = args.src;
   job.dst = args.dst;
   if (args.job_file.empty()) {
@@ -622,11 +641,7 @@ void verify_reference_layout(const Plan& plan, const Job& job, AuditReaders& rea
 
 int cmd_verify(const VerifyArgs& args) {
   Job job = verify_job(args);
-  const auto report_path = std::filesystem::path(args.dst) / (job.recipe + ".json");
-  if (!std::filesystem::exists(report_path)) {
-    throw PipelineError(fmt::format("{}: no report: not a finished shardq output", report_path.string()));
-  }
-  const nlohmann::ordered_json report = io::read_json_object(report_path);
+  const nlohmann::ordered_json report = io::read_json_object(std::filesystem::path(args.dst) / (job.recipe + ".json"));
   const Plan plan = make_plan(job, 1);
   Audit audit;
   if (!args.job_file.empty()) check_made_by_job(job, report, audit);

@@ -52,6 +52,7 @@ int cmd_status(const StatusArgs& args);
 
 struct VerifyArgs {
   std::string src, dst, job_file;
+  std::vector<std::string> overrides; // --set section.key=value, as the run was given them
 };
 int cmd_verify(const VerifyArgs& args);
 

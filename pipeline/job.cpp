@@ -139,6 +139,11 @@ std::string Job::checkpoint_path() const {
   return checkpoint.empty() ? (std::filesystem::path(dst) / ".shardq" / "checkpoint.h5").string() : checkpoint;
 }
 
+std::string Job::input_scales_folder() const {
+  if (input_scales_from.empty()) return "";
+  return std::filesystem::weakly_canonical(std::filesystem::absolute(input_scales_from)).string();
+}
+
 std::string Job::canonical() const {
   // rows_per_chunk is part of it: a checkpoint's chunk records only fit its own chunking.
   std::string text = fmt::format("recipe={};method={};rows_per_chunk={}", recipe, method, rows_per_chunk);
@@ -146,8 +151,7 @@ std::string Job::canonical() const {
   if (uses_gptq()) text += fmt::format(";gptq_damp={:.17g};gptq_block={}", gptq_damp, gptq_block);
   // The recipe keys: a resume with another value must not be accepted. The reference's
   // headers and imported values enter the fingerprint through the recipe.
-  text += fmt::format(";keep_mtp={};ignore=[{}];input_scales_from={}", keep_mtp, fmt::join(ignore, ","),
-                      input_scales_from.empty() ? std::string() : std::filesystem::weakly_canonical(std::filesystem::absolute(input_scales_from)).string());
+  text += fmt::format(";keep_mtp={};ignore=[{}];input_scales_from={}", keep_mtp, fmt::join(ignore, ","), input_scales_folder());
   return text;
 }
 

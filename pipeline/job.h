@@ -34,6 +34,9 @@ struct Job {
   bool uses_gptq() const { return method == "gptq" || method == "gptq-mse"; }
   bool uses_mse() const { return method == "mse" || method == "gptq-mse"; }
   std::string checkpoint_path() const;
+  // quant.input_scales_from made absolute and resolved ("" if unset): what the fingerprint
+  // and the report record, whatever folder the run or verify is started from.
+  std::string input_scales_folder() const;
   // run.threads, or the cores this process may run on (its CPU affinity mask: what mpirun's
   // or Slurm's binding gave the rank). Not in the fingerprint: bytes do not depend on it.
   int compute_threads() const;

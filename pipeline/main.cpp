@@ -112,6 +112,7 @@ void add_verify(CLI::App& app, shardq::VerifyArgs& args) {
   sub->add_option("--src", args.src)->required();
   sub->add_option("--dst", args.dst)->required();
   sub->add_option("job", args.job_file, "job TOML file");
+  sub->add_option("--set", args.overrides, "section.key=value override, as given to run (repeatable)")->allow_extra_args(false);
 }
 
 void add_study(CLI::App& app, shardq::StudyArgs& args) {

@@ -36,7 +36,7 @@ RecipeParams recipe_params(const Job& job) {
   params.gptq_damp = job.gptq_damp;
   params.gptq_block = int(job.gptq_block);
   params.keep_mtp = job.keep_mtp;
-  params.input_scales_from = job.input_scales_from;
+  params.input_scales_from = job.input_scales_folder();
   params.engram_min_cosine = job.engram_min_cosine;
   params.ignore = job.ignore;
   params.rows_per_chunk = uint64_t(job.rows_per_chunk);

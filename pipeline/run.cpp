@@ -125,9 +125,12 @@ bool output_complete(const Plan& plan, const std::optional<LoadResult>& loaded) 
   return std::find(finished.begin(), finished.end(), "report") != finished.end();
 }
 
-// The report first: an output holding a report must hold everything else.
+// The reports first, every recipe's (an output holding a report must hold everything
+// else, and another product's report beside this one's files would name the folder wrong).
 void remove_outputs(const Plan& plan) {
-  std::vector<std::string> files = {plan.report_file(), std::string(io::kIndexFileName)};
+  std::vector<std::string> files;
+  for (const std::string& recipe : recipe_names()) files.push_back(recipe + ".json");
+  files.push_back(std::string(io::kIndexFileName));
   for (const std::string& file : files_of_finished_step("config", side_file_names(plan))) files.push_back(file);
   for (const std::string& file : files) {
     std::filesystem::remove(plan.dst / file);
@@ -335,8 +338,10 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   }
   if (!args.force && output_complete(plan, loaded) && (!loaded || !mismatch.empty() || links_present(plan))) {
     if (!loaded || !mismatch.empty()) {
-      const std::string why = loaded ? fmt::format(" of another job ({} {})", checkpoint_path.string(), mismatch)
-                                     : fmt::format(" (no checkpoint at {} says whose)", checkpoint_path.string());
+      // --fresh does not read the checkpoint: its refusal says what --fresh is for.
+      const std::string why = loaded       ? fmt::format(" of another job ({} {})", checkpoint_path.string(), mismatch)
+                              : args.fresh ? std::string(" (--fresh starts an unfinished output over)")
+                                           : fmt::format(" (no checkpoint at {} says whose)", checkpoint_path.string());
       throw PipelineError(fmt::format("{}: holds a complete output already{}; pass --force to overwrite it",
                                       plan.dst.string(), why));
     }
@@ -669,7 +674,8 @@ int run_job(const RunArgs& args) {
   if (link.rank() == 0) {
     try {
       if (!rank_difference.empty()) throw PipelineError(rank_difference);
-      check_dst_apart_from_src(job.src, job.dst);
+      check_dst_apart(job.src, "src", job.dst);
+      if (!job.input_scales_from.empty()) check_dst_apart(job.input_scales_from, "reference", job.dst);
       lock.emplace(job.dst, checkpoint_path);
       state = prepare_rank0(plan, args, checkpoint_path, outputs);
       if (!state) setup = kSetupComplete;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <utility>
 
+#include "pipeline/commands.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/signals.h"
 
@@ -205,15 +207,15 @@ std::string describe(const std::optional<LockHolder>& holder) {
 
 // ---- public -----------------------------------------------------------------------------
 
-void check_dst_apart_from_src(const fs::path& src, const fs::path& dst) {
-  const fs::path source = resolved(src), output = resolved(dst);
+void check_dst_apart(const fs::path& input, std::string_view role, const fs::path& dst) {
+  const fs::path source = resolved(input), output = resolved(dst);
   const char* relation = same_folder(output, source) ? "is the same folder as"
                          : within(output, source)    ? "lies inside"
                          : within(source, output)    ? "contains"
                                                      : nullptr;
   if (!relation) return;
-  throw PipelineError(fmt::format("dst {} {} src {}: the output must go to a folder apart from the source",
-                                  shown(dst, output), relation, shown(src, source)));
+  throw PipelineError(fmt::format("dst {} {} {} {}: the output must go to a folder apart from the {}", shown(dst, output),
+                                  relation, role, shown(input, source), role == "src" ? "source" : role));
 }
 
 fs::path take_over_marker(const fs::path& lock_file, uint64_t inode, std::string_view lock_text, int k) {
@@ -322,6 +324,17 @@ HeldLock take_lock_file(const fs::path& path, const fs::path& guarded) {
                                   path.string(), kTakeAttempts));
 }
 
+// Another run judged this one dead (no heartbeat for a minute: a stopped or paused
+// process, a hung NFS server) and took the lock: both would write the same shards and
+// checkpoint. This run ends as if it had died, at once and without another write or save
+// (the checkpoint is made for a kill at any instant); mpirun then ends the other ranks.
+[[noreturn]] void stop_taken_over(const fs::path& lock) {
+  spdlog::error("{}: the lock was taken over by another run, which judged this one dead: stopping at once, without "
+                "writing more", lock.string());
+  spdlog::shutdown();
+  std::_Exit(kExitError);
+}
+
 // Only our own file: one that replaced it (a run that wrongly judged ours stale) stays.
 void release_lock_file(const HeldLock& lock) {
   close(lock.fd); // before the unlink: NFS would keep an open, removed file as .nfsXXXX
@@ -337,15 +350,15 @@ RunLock::RunLock(const fs::path& dst, const fs::path& checkpoint) {
   const fs::path own_folder = dst / ".shardq";
   fs::create_directories(own_folder);
   held_.push_back(take_lock_file(own_folder / "run.lock", dst));
-  const fs::path checkpoint_folder = resolved(checkpoint).parent_path();
-  if (!same_folder(checkpoint_folder, resolved(own_folder))) {
-    try {
-      fs::create_directories(checkpoint_folder);
-      held_.push_back(take_lock_file(checkpoint.string() + ".lock", checkpoint));
-    } catch (...) {
-      release_lock_file(held_.front());
-      throw;
-    }
+  // The checkpoint's own lock too, wherever it lies: a run on another dst given this
+  // checkpoint through --checkpoint takes the same file (with --fresh it would delete
+  // the checkpoint of the run under way).
+  try {
+    fs::create_directories(resolved(checkpoint).parent_path());
+    held_.push_back(take_lock_file(checkpoint.string() + ".lock", checkpoint));
+  } catch (...) {
+    release_lock_file(held_.front());
+    throw;
   }
   for (const HeldLock& lock : held_) remove_on_fast_exit(lock.path, lock.device, lock.inode);
   heartbeat_ = std::jthread([this](std::stop_token stop) { heartbeat(stop); });
@@ -368,10 +381,9 @@ void RunLock::heartbeat(std::stop_token stop) const {
       struct stat now {};
       const bool ours = stat(held.path.c_str(), &now) == 0 && now.st_dev == held.device && now.st_ino == held.inode;
       if (ours && futimens(held.fd, nullptr) == 0) continue;
+      if (!ours) stop_taken_over(held.path);
       if (!std::exchange(warned, true)) {
-        spdlog::error("{}: {}", held.path.string(),
-                      ours ? fmt::format("cannot refresh the heartbeat: {}", std::strerror(errno))
-                           : "the lock was taken over by another run; this run goes on unguarded");
+        spdlog::error("{}: cannot refresh the heartbeat: {}", held.path.string(), std::strerror(errno));
       }
     }
   }

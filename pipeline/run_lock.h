@@ -47,9 +47,11 @@ inline constexpr auto kHeartbeatInterval = std::chrono::seconds(5);
 // right after a SIGKILL is refused for at most this long, and told how long to wait.
 inline constexpr auto kStaleAfter = std::chrono::seconds(60);
 
-// Refuses a dst that is src, or lies inside it, or contains it (symlinks and bind mounts
-// resolved): the run would read what it writes. Throws PipelineError naming both paths.
-void check_dst_apart_from_src(const std::filesystem::path& src, const std::filesystem::path& dst);
+// Refuses a dst that is an input folder (the source, "src", or the reference a recipe reads,
+// "reference"), or lies inside it, or contains it (symlinks and bind mounts resolved): the
+// run would read what it writes, and --fresh would overwrite the input. Throws
+// PipelineError naming both paths.
+void check_dst_apart(const std::filesystem::path& input, std::string_view role, const std::filesystem::path& dst);
 
 // What the lock file says.
 struct LockHolder {
@@ -95,9 +97,10 @@ struct HeldLock {
 
 class RunLock {
  public:
-  // Takes the lock of `dst` (creating <dst>/.shardq) and, if the checkpoint lies elsewhere,
-  // the checkpoint's; or throws PipelineError naming the holder's host, pid and since
-  // when, the lock path, and when it would be stale.
+  // Takes the lock of `dst` (creating <dst>/.shardq) and the checkpoint's (<checkpoint>.lock,
+  // wherever it lies); or throws PipelineError naming the holder's host, pid and since
+  // when, the lock path, and when it would be stale. A lock taken over by another run
+  // ends this process at once (exit 1, nothing more written).
   RunLock(const std::filesystem::path& dst, const std::filesystem::path& checkpoint);
   ~RunLock();
   RunLock(const RunLock&) = delete;

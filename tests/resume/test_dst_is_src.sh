@@ -2,7 +2,7 @@
 # An output folder that overlaps the source is refused before any work, with one line
 # naming both paths: dst equal to src (plainly, with a trailing slash, through a symlink,
 # through a bind mount where mounting is permitted), dst inside src, src inside dst; on 1
-# rank and on 2. Nothing is written anywhere.
+# rank and on 2; dst equal to, or inside, nvfp4-1017's reference. Nothing is written anywhere.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "no mpirun"; exit 77; }
 
@@ -43,4 +43,21 @@ if mkdir -p "$WORK/bind" && mount --bind "$WORK/src" "$WORK/bind" 2>/dev/null; t
 else
   echo "bind mount: not permitted here, not tested"
 fi
-echo "PASS: every overlap of dst and src refused before any work"
+
+# The nvfp4-1017 reference is an input too: a dst that is it (with --fresh, which would
+# delete its shards) or lies inside it is refused alike, the reference left as it was.
+"$SHARDQ_BIN" fixture --preset dsv41-mini-ref-nvfp4 --out "$WORK/ref" --engram-vocab 600 >/dev/null
+ref_listing() { (cd "$WORK" && find ref -printf '%p %s %T@\n' | sort); }
+ref_before=$(ref_listing)
+JOB1017="$SHARDQ_SOURCE_DIR/jobs/demo-1017-nvfp4.toml"
+for case in "same $WORK/ref --fresh" "inside $WORK/ref/out"; do
+  read -r name dst flag <<<"$case"
+  rc=0
+  run_shardq 0 "$WORK/ref-$name.log" "$JOB1017" --src "$WORK/src" --dst "$dst" --set "quant.input_scales_from=\"$WORK/ref\"" $flag || rc=$?
+  ((rc != 0 && rc != 75)) || fail "reference $name: exit $rc"
+  grep -qF "reference '$WORK/ref'" "$WORK/ref-$name.log" && grep -qF "apart from the reference" "$WORK/ref-$name.log" ||
+    fail "reference $name: $(grep -m1 error "$WORK/ref-$name.log")"
+  echo "reference $name: $(grep -m1 error "$WORK/ref-$name.log")"
+done
+[[ $ref_before == "$(ref_listing)" ]] || fail "a refused run changed the reference"
+echo "PASS: every overlap of dst and src (or the reference) refused before any work"

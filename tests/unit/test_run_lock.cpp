@@ -169,21 +169,28 @@ TEST(JudgeLock, UnreadableLockGoesStaleAfterTheBound) {
   EXPECT_TRUE(judge_lock(std::nullopt, kStaleAfter + seconds(1), host_where(987654)).stale);
 }
 
-TEST_F(RunLockFolder, DstApartFromSrc) {
+TEST_F(RunLockFolder, DstApartFromSrcAndReference) {
   fs::create_directories(dst_ / "src" / "inner");
   fs::create_symlink(dst_ / "src", dst_ / "link");
   const fs::path src = dst_ / "src";
-  EXPECT_NO_THROW(check_dst_apart_from_src(src, dst_ / "out"));
-  EXPECT_NO_THROW(check_dst_apart_from_src(src, dst_ / "src-out")); // a prefix of the name only
+  EXPECT_NO_THROW(check_dst_apart(src, "src", dst_ / "out"));
+  EXPECT_NO_THROW(check_dst_apart(src, "src", dst_ / "src-out")); // a prefix of the name only
   for (const fs::path& dst : {src, fs::path(src.string() + "/"), dst_ / "link", dst_ / "src" / "inner" / "..",
                               dst_ / "src" / "inner", dst_ / "link" / "new", dst_}) {
     try {
-      check_dst_apart_from_src(src, dst);
+      check_dst_apart(src, "src", dst);
       ADD_FAILURE() << dst << " was accepted";
     } catch (const PipelineError& e) {
       EXPECT_NE(std::string(e.what()).find(dst.string()), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find(src.string()), std::string::npos) << e.what();
     }
+  }
+  try {
+    check_dst_apart(src, "reference", dst_ / "src" / "inner");
+    ADD_FAILURE() << "a dst inside the reference was accepted";
+  } catch (const PipelineError& e) {
+    EXPECT_NE(std::string(e.what()).find(" lies inside reference "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("apart from the reference"), std::string::npos) << e.what();
   }
 }
 
@@ -234,6 +241,36 @@ TEST_F(RunLockFolder, CheckpointElsewhereIsLockedToo) {
   }
   EXPECT_TRUE(fs::is_empty(dst_ / "scratch"));
   EXPECT_TRUE(fs::is_empty(dst_ / "out" / ".shardq"));
+}
+
+// A run on another dst given the first run's own checkpoint (<dst>/.shardq/checkpoint.h5)
+// through --checkpoint is refused for that checkpoint's lock: with --fresh it would have
+// deleted the checkpoint of the run under way.
+TEST_F(RunLockFolder, CheckpointInItsOwnFolderIsLockedToo) {
+  RunLock lock(dst_, checkpoint());
+  EXPECT_TRUE(fs::exists(checkpoint().string() + ".lock"));
+  try {
+    RunLock second(dst_ / "other", checkpoint());
+    ADD_FAILURE() << "a second run took the first run's checkpoint";
+  } catch (const PipelineError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(checkpoint().string() + " is in use by another shardq run", 0), 0u) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dst_ / "other" / ".shardq" / "run.lock")) << "the refused run kept its dst lock";
+}
+
+// Another run took the lock over (this one judged dead): the process ends at once, exit 1,
+// saying so, and leaves the other run's lock file in place.
+TEST_F(RunLockFolder, ALockTakenOverEndsTheProcess) {
+  EXPECT_EXIT(
+      {
+        RunLock lock(dst_, checkpoint());
+        fs::remove(lock_path());
+        write_file(lock_path(), format_lock({"other-host", 4242, 1, "other-boot", "now"}));
+        std::this_thread::sleep_for(3 * kHeartbeatInterval);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(1), ""); // the message goes to the log (stdout here)
+  EXPECT_EQ(parse_lock(read_file(lock_path()))->host, "other-host");
 }
 
 TEST_F(RunLockFolder, TakesOverADeadPidOnThisHost) {
