@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 #include <toml++/toml.h>
 
 #include "pipeline/pipeline_error.h"
@@ -75,6 +76,15 @@ void apply_override(toml::table& root, const std::string& assignment) {
   }
 }
 
+// What a key of type T must hold, for the message (a --set value that does not parse as
+// TOML is read as a string: `--set job.dst=true` is a boolean, a path needs quotes).
+template <typename T> constexpr const char* expected_value() {
+  if constexpr (std::is_same_v<T, std::string>) return "a string (in quotes, also in --set 'section.key=\"...\"')";
+  else if constexpr (std::is_same_v<T, bool>) return "true or false";
+  else if constexpr (std::is_same_v<T, double>) return "a number";
+  else return "a whole number within 64 bits";
+}
+
 template <typename T>
 void read_key(const toml::table& root, const char* section, const char* key, T& out, const std::string& file) {
   const auto node = root[section][key];
@@ -85,7 +95,10 @@ void read_key(const toml::table& root, const char* section, const char* key, T& 
     out = *v;
     return;
   }
-  throw PipelineError(fmt::format("{}: key '{}.{}' has the wrong type", file, section, key));
+  std::ostringstream given;
+  given << node;
+  throw PipelineError(fmt::format("{}: key '{}.{}' = {} (from the file or a --set) is not {}", file, section, key,
+                                  given.str(), expected_value<T>()));
 }
 
 void read_string_list(const toml::table& root, const char* section, const char* key, std::vector<std::string>& out,

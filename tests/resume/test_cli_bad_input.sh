@@ -139,6 +139,10 @@ expect_exit negative-vocab 2 "--engram-vocab: must be a whole number above 0, no
 expect_exit zero-sample 2 "--sample: must be a whole number above 0, not 0" study --src "$work/src" --layer 1 --sample 0
 expect_exit unknown-preset 2 "--preset: foo not in" fixture --out "$work/f-preset" --preset foo
 expect_exit study-method 2 "'fast' is not a method" study --src "$work/src" --layer 1 --methods rtn,fast
+expect_exit set-fraction 1 "key 'run.rows_per_chunk' = 2048.5 (from the file or a --set) is not a whole number" \
+  run "$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml" --src "$work/src" --dst "$work/o-set" --set run.rows_per_chunk=2048.5
+expect_exit set-unquoted 1 "key 'job.dst' = true (from the file or a --set) is not a string (in quotes" \
+  run "$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml" --src "$work/src" --set job.dst=true
 expect_exit study-method-twice 2 "'rtn' is given twice" study --src "$work/src" --layer 1 --methods rtn,rtn
 [ ! -e "$work/f-neg" ] && [ ! -e "$work/f-preset" ] || fail "a refused fixture made its folder"
 expect_exit fixture-not-empty 1 "$work/src is not empty" fixture --out "$work/src"
