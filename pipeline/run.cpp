@@ -266,9 +266,16 @@ std::vector<std::filesystem::path> shards_with_pending_chunks(const Plan& plan, 
 // --verify-done: re-read every chunk recorded done and compare its checksum. Returns the
 // finalized shards that hold a damaged chunk (to go back to .partial once the state that
 // forgets the chunk is saved).
+// A stop signal while rank 0 prepares (the --verify-done pass reads every finished chunk:
+// minutes on a real output, as long as Slurm's warning before the time limit): nothing is
+// changed on disk yet, so every rank exits 75 at once and the pass starts again.
+struct StoppedDuringSetup {};
+
 std::vector<std::filesystem::path> verify_done_chunks(const Plan& plan, CheckpointState& state) {
   std::vector<std::filesystem::path> damaged_final;
+  spdlog::info("--verify-done: re-reading the finished chunks");
   for (size_t t = 0; t < plan.tasks().size(); ++t) {
+    if (stop_requested()) throw StoppedDuringSetup{};
     const Task& task = plan.tasks()[t];
     const auto final_path = plan.dst / plan.shards[task.shard].file;
     const auto path = std::filesystem::exists(final_path) ? final_path : std::filesystem::path(final_path.string() + ".partial");
@@ -279,6 +286,7 @@ std::vector<std::filesystem::path> verify_done_chunks(const Plan& plan, Checkpoi
     for (uint64_t c = 0; c < task.chunks(); ++c) {
       auto& record = state.tasks[t].chunks[c];
       if (record.state != kChunkDone) continue;
+      test_chunk_delay();
       const uint64_t first = task.chunk_first_row(c), rows = task.chunk_rows(c);
       for (size_t o = 0; o < task.outputs.size(); ++o) {
         buffers[o].resize(rows * tensor_row_bytes(task.outputs[o]));
@@ -437,7 +445,7 @@ DstProbe write_dst_probe(const Link& link, const std::filesystem::path& dst) {
   DstProbe probe;
   if (link.rank() == 0) { // written (and closed) before the broadcast lets any rank look
     probe.nonce = int(std::random_device{}() & 0x7fffffff);
-    std::ofstream(path_of(probe.nonce)) << probe.nonce;
+    io::write_file_atomic(path_of(probe.nonce), std::to_string(probe.nonce)); // a full disk is named as such
   }
   probe.nonce = link.broadcast(probe.nonce);
   probe.path = path_of(probe.nonce);
@@ -667,7 +675,7 @@ int run_job(const RunArgs& args) {
 
   std::optional<RunLock> lock; // rank 0: one run per dst and checkpoint, until run_job returns
   std::optional<CheckpointState> state;
-  enum Setup : int { kSetupReady, kSetupFailed, kSetupComplete };
+  enum Setup : int { kSetupReady, kSetupFailed, kSetupComplete, kSetupStopped };
   int setup = kSetupReady;
   std::string setup_error;
   const std::string rank_difference = fingerprint_difference_across_ranks(link, plan);
@@ -679,6 +687,8 @@ int run_job(const RunArgs& args) {
       lock.emplace(job.dst, checkpoint_path);
       state = prepare_rank0(plan, args, checkpoint_path, outputs);
       if (!state) setup = kSetupComplete;
+    } catch (const StoppedDuringSetup&) {
+      setup = kSetupStopped;
     } catch (const std::exception& e) {
       setup = kSetupFailed;
       setup_error = e.what();
@@ -687,6 +697,10 @@ int run_job(const RunArgs& args) {
   setup = link.broadcast(setup);
   spdlog::debug("outputs and checkpoint prepared at {:.3f} s", seconds_since_start());
   if (setup == kSetupComplete) return kExitOk;
+  if (setup == kSetupStopped) {
+    if (link.rank() == 0) spdlog::warn("stopped while preparing, before any change: nothing to save (exit 75)");
+    return kExitInterrupted;
+  }
   if (setup == kSetupFailed) {
     if (link.rank() == 0) throw PipelineError(setup_error);
     return kExitError;

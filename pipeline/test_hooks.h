@@ -8,7 +8,8 @@ namespace shardq {
 void crash_point(const char* event);
 
 // For tests that must interrupt a run mid-way whatever the machine's speed:
-// SHARDQ_TEST_CHUNK_DELAY_MS=n makes every encoded chunk take n ms longer.
+// SHARDQ_TEST_CHUNK_DELAY_MS=n makes every encoded chunk, and every finished chunk that
+// --verify-done re-reads, take n ms longer.
 void test_chunk_delay();
 
 } // namespace shardq

@@ -4,7 +4,8 @@
 # checksum, reported ("does not match its checksum: recomputing"), computed again, and
 # the final output equals the uninterrupted one. Without damage nothing is redone. What it
 # found is saved before the run goes on: a kill then loses none of it, and a complete
-# output's report is removed before its damaged shard goes back to .partial.
+# output's report is removed before its damaged shard goes back to .partial. A stop during
+# the pass exits 75 at once, changing nothing.
 source "$(dirname "$0")/lib.sh"
 
 RPC=1024
@@ -103,4 +104,20 @@ run_shardq 0 "$WORK/resume6.log" "${ARGS[@]}" || fail "the resume failed: $(tail
 same_output "$WORK/ref" "$DST"
 SHARDQ_LOG=debug run_shardq 0 "$WORK/verify5.log" "${ARGS[@]}" --verify-done || fail "--verify-done on the mended output failed"
 grep -q "nothing to do" "$WORK/verify5.log" || fail "--verify-done on an undamaged complete output did not say it had nothing to do"
+# Case 6: a stop signal during the --verify-done pass (paced): exit 75 at once, nothing
+# changed (the report stays, no shard went back to .partial), and the plain command after
+# it finds the output complete.
+# shellcheck disable=SC2046,SC2091 # the command line of lib.sh, split into words
+SHARDQ_TEST_CHUNK_DELAY_MS=50 $(shardq_cmd 0 "${ARGS[@]}" --verify-done) >"$WORK/verify7.log" 2>&1 &
+pid=$!
+STARTED_PIDS+=("$pid")
+wait_for_log "$WORK/verify7.log" "$pid" "re-reading the finished chunks"
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+((rc == 75)) || fail "a stop during the --verify-done pass exited $rc: $(tail -3 "$WORK/verify7.log")"
+grep -q "stopped while preparing, before any change" "$WORK/verify7.log" || fail "no stop line: $(tail -3 "$WORK/verify7.log")"
+[[ -e "$DST/engram-nvfp4.json" && ! -e "$DST/$shard1.partial" ]] || fail "the stopped pass changed the output"
+run_shardq 0 "$WORK/after7.log" "${ARGS[@]}" || fail "the run after the stopped pass failed"
+grep -q "nothing to do" "$WORK/after7.log" || fail "the output is not complete after the stopped pass"
 echo "PASS: --verify-done finds damaged chunks in .partial and finalized shards and recomputes only them, killed or not, complete or not"
