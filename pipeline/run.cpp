@@ -143,8 +143,7 @@ void remove_outputs(const Plan& plan) {
   }
 }
 
-// A done chunk whose bytes no longer match its checksum is recomputed: its record and
-// everything finished after it (its shard's rename, index, config, report) are undone.
+// A shard no longer finished: its rename and the steps after it (index, config, report).
 void forget_shard_finished(const ShardPlan& shard, CheckpointState& state) {
   const std::string shard_step = "shard:" + shard.file;
   std::erase_if(state.finished, [&](const std::string& s) {
@@ -152,6 +151,8 @@ void forget_shard_finished(const ShardPlan& shard, CheckpointState& state) {
   });
 }
 
+// A done chunk whose bytes no longer match its checksum is recomputed: its record and
+// everything finished after it are undone.
 void forget_damaged_chunk(const Plan& plan, const Task& task, ChunkRecord& record, CheckpointState& state) {
   record = ChunkRecord{};
   forget_shard_finished(plan.shards[task.shard], state);
@@ -263,13 +264,14 @@ std::vector<std::filesystem::path> shards_with_pending_chunks(const Plan& plan, 
   return reopened;
 }
 
-// --verify-done: re-read every chunk recorded done and compare its checksum. Returns the
-// finalized shards that hold a damaged chunk (to go back to .partial once the state that
-// forgets the chunk is saved).
 // A stop signal while rank 0 prepares (the --verify-done pass reads every finished chunk:
 // minutes on a real output, as long as Slurm's warning before the time limit): nothing is
 // changed on disk yet, so every rank exits 75 at once and the pass starts again.
 struct StoppedDuringSetup {};
+
+// --verify-done: re-read every chunk recorded done and compare its checksum. Returns the
+// finalized shards that hold a damaged chunk (to go back to .partial once the state that
+// forgets the chunk is saved).
 
 std::vector<std::filesystem::path> verify_done_chunks(const Plan& plan, CheckpointState& state) {
   std::vector<std::filesystem::path> damaged_final;
@@ -339,7 +341,7 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   const std::string mismatch = loaded ? fingerprint_mismatch(loaded->state, plan.fingerprint) : "";
   // Checked before "complete already": a damaged chunk of a complete output undoes the
   // steps after it (the report among them), and the run then mends it.
-  bool forgotten = loaded && mismatch.empty() && forget_what_is_not_on_disk(plan, loaded->state);
+  const bool forgotten = loaded && mismatch.empty() && forget_what_is_not_on_disk(plan, loaded->state);
   if (loaded && mismatch.empty() && args.verify_done) {
     const std::vector<std::filesystem::path> damaged = verify_done_chunks(plan, loaded->state);
     if (!damaged.empty()) reopen_shards(plan, checkpoint_path, loaded->state, damaged);
