@@ -294,7 +294,7 @@ void print_dtype_totals(const CheckpointView& output) {
 std::vector<std::string> reports_in(const std::filesystem::path& dst) {
   std::vector<std::string> recipes;
   for (const auto& name : recipe_names()) {
-    if (std::filesystem::exists(dst / (name + ".json"))) recipes.push_back(name);
+    if (std::filesystem::exists(dst / report_file_of(name))) recipes.push_back(name);
   }
   return recipes;
 }
@@ -341,7 +341,7 @@ Job verify_job(const VerifyArgs& args) {
   job.src = args.src;
   job.dst = args.dst;
   if (args.job_file.empty()) {
-    const auto report = io::read_json_object(std::filesystem::path(args.dst) / (job.recipe + ".json"));
+    const auto report = io::read_json_object(std::filesystem::path(args.dst) / report_file_of(job.recipe));
     const auto& parameters = report_parameters(report);
     job.method = report.value("method", job.method);
     job.input_scales_from = parameters.value("input_scales_from", std::string());
@@ -371,7 +371,7 @@ void check_made_by_job(const Job& job, const nlohmann::ordered_json& report, Aud
       differences.push_back(fmt::format("{}: report {}, job {}", key, parameters[key].dump(), expected.dump()));
     }
   });
-  audit.check("made by this job", differences.empty(), job.recipe + ".json", fmt::format("{}", fmt::join(differences, "; ")));
+  audit.check("made by this job", differences.empty(), report_file_of(job.recipe), fmt::format("{}", fmt::join(differences, "; ")));
 }
 
 // Index closed: every shard it names is present and whole (its header matches its size),
@@ -643,7 +643,7 @@ void verify_reference_layout(const Plan& plan, const Job& job, AuditReaders& rea
 
 int cmd_verify(const VerifyArgs& args) {
   Job job = verify_job(args);
-  const nlohmann::ordered_json report = io::read_json_object(std::filesystem::path(args.dst) / (job.recipe + ".json"));
+  const nlohmann::ordered_json report = io::read_json_object(std::filesystem::path(args.dst) / report_file_of(job.recipe));
   const Plan plan = make_plan(job, 1);
   Audit audit;
   if (!args.job_file.empty()) check_made_by_job(job, report, audit);

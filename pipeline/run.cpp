@@ -129,7 +129,7 @@ bool output_complete(const Plan& plan, const std::optional<LoadResult>& loaded) 
 // else, and another product's report beside this one's files would name the folder wrong).
 void remove_outputs(const Plan& plan) {
   std::vector<std::string> files;
-  for (const std::string& recipe : recipe_names()) files.push_back(recipe + ".json");
+  for (const std::string& recipe : recipe_names()) files.push_back(report_file_of(recipe));
   files.push_back(std::string(io::kIndexFileName));
   for (const std::string& file : files_of_finished_step("config", side_file_names(plan))) files.push_back(file);
   for (const std::string& file : files) {

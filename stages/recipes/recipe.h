@@ -178,6 +178,10 @@ struct TaskTotals {
 using AuditCheck = std::function<void(const std::string& category, bool ok, const std::string& what,
                                       const std::string& detail)>;
 
+// A recipe's report in its output folder, by the recipe's name (what marks a finished
+// output, and which product it is).
+inline std::string report_file_of(std::string_view recipe) { return std::string(recipe) + ".json"; }
+
 class Recipe {
  public:
   virtual ~Recipe() = default;
@@ -194,7 +198,7 @@ class Recipe {
   // The product's own audits of a finished output's headers (verify), beyond the engine's.
   virtual void audit(const RecipePlan& plan, const RecipeParams& params, const CheckpointView& source,
                      const CheckpointView& output, const AuditCheck& check) const;
-  std::string report_file() const { return std::string(name()) + ".json"; }
+  std::string report_file() const { return report_file_of(name()); }
   // The heap its plan takes at a run's peak per byte of the source index (the index holds
   // every tensor's name, so it scales with them), for the run to populate ahead of the
   // plan; 0 where the plan is small enough to fault in as it grows.
