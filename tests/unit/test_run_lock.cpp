@@ -262,6 +262,11 @@ TEST_F(RunLockFolder, CheckpointInItsOwnFolderIsLockedToo) {
 // and leaves the other run's lock file in place. In a child of its own (fork, not a death
 // test: those hang under qemu-user, where the aarch64 suite runs).
 TEST_F(RunLockFolder, ALockTakenOverEndsTheProcess) {
+#if SHARDQ_TEST_EMULATED
+  // As in RacingTakeOversHaveOneWinner: the forked child starts the heartbeat thread, which
+  // qemu-user aborts once the test process has had threads (it passed alone, failed in the suite).
+  GTEST_SKIP() << "a forked child cannot start threads under qemu-user";
+#endif
   const pid_t child = fork();
   if (child == 0) {
     RunLock lock(dst_, checkpoint());
