@@ -326,7 +326,9 @@ void check_index_matches_shards(const io::ShardIndex& index, const CheckpointVie
 
 CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* index_out) {
   const std::filesystem::path& dir = readers.folder();
-  if (!std::filesystem::is_directory(dir)) throw PipelineError(fmt::format("{}: checkpoint folder not found", dir.string()));
+  if (!std::filesystem::is_directory(dir)) {
+    throw PipelineError(fmt::format("{}: no such folder (a model folder holding {} was expected)", dir.string(), io::kIndexFileName));
+  }
   const auto index_path = dir / io::kIndexFileName;
   CheckpointView view;
   view.dir = dir;

@@ -24,6 +24,7 @@
 #include "pipeline/output_files.h"
 #include "pipeline/pipeline_error.h"
 #include "pipeline/plan.h"
+#include "pipeline/rank_failures.h"
 #include "pipeline/run_lock.h"
 #include "pipeline/signals.h"
 #include "pipeline/test_hooks.h"
@@ -657,9 +658,17 @@ int run_job(const RunArgs& args) {
 
   const auto started = std::chrono::steady_clock::now();
   const auto seconds_since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
-  const Job job = job_from_args(args);
-  const std::jthread heap_populating = reserve_plan_heap(args, job);
-  std::unique_ptr<const Plan> plan_owner = std::make_unique<const Plan>(make_plan(job, link.size()));
+  // Every rank reads the job and plans from its own view of src: a failure there is agreed
+  // on, printed once and naming the rank unless all failed alike.
+  std::optional<const Job> job_read;
+  std::jthread heap_populating;
+  std::unique_ptr<const Plan> plan_owner;
+  on_every_rank(link, [&] {
+    job_read.emplace(job_from_args(args));
+    heap_populating = reserve_plan_heap(args, *job_read);
+    plan_owner = std::make_unique<const Plan>(make_plan(*job_read, link.size()));
+  });
+  const Job& job = *job_read;
   const Plan& plan = *plan_owner;
   spdlog::debug("planned in {:.3f} s", seconds_since_start());
   if (link.rank() == 0) {

@@ -34,3 +34,22 @@ grep -q "^shardq: error: rank 1 (.*) planned another 'source_sample' than rank 0
 [[ ! -e "$WORK/stale-out/model.safetensors.index.json" ]] || fail "the refused run wrote an index"
 [[ -z $(find "$WORK/stale-out" -name '*.partial' 2>/dev/null) ]] || fail "the refused run started work"
 echo "PASS: $(grep -m1 '^shardq: error' "$WORK/stale.log")"
+
+# A source one rank cannot read (its node does not mount it) is one line naming that rank;
+# a source no rank can read, one line alone: not a line per rank, and no rank cut short.
+error_lines() { grep -c '^shardq: error' "$1" || true; }
+rc=0
+mpmd "$WORK/src" "$WORK/nowhere" "$WORK/half-out" "$WORK/half.log" || rc=$?
+((rc == 1)) || fail "a source rank 1 cannot read: exit $rc, not 1"
+[[ $(error_lines "$WORK/half.log") == 1 ]] || fail "not one error line: $(grep 'error' "$WORK/half.log")"
+grep -q "^shardq: error: rank 1 (.*): $WORK/nowhere: no such folder" "$WORK/half.log" ||
+  fail "the error does not name rank 1 and the folder: $(grep -m3 'error' "$WORK/half.log")"
+grep -q "MPI_ABORT" "$WORK/half.log" && fail "a rank was aborted: $(cat "$WORK/half.log")"
+rc=0
+mpmd "$WORK/nowhere" "$WORK/nowhere" "$WORK/none-out" "$WORK/none.log" || rc=$?
+((rc == 1)) || fail "a source no rank can read: exit $rc, not 1"
+[[ $(error_lines "$WORK/none.log") == 1 ]] || fail "not one error line: $(grep 'error' "$WORK/none.log")"
+grep -q "^shardq: error: $WORK/nowhere: no such folder" "$WORK/none.log" ||
+  fail "the error is not the message alone: $(grep -m3 'error' "$WORK/none.log")"
+[[ ! -e "$WORK/half-out" && ! -e "$WORK/none-out" ]] || fail "a refused run made its dst"
+echo "PASS: one line for a source rank 1 cannot read, one for a source none can"
