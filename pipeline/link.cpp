@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <limits>
 
 #include "pipeline/pipeline_error.h"
 
@@ -70,10 +71,15 @@ void Link::send(int dest, Tag tag, std::vector<uint8_t> bytes) {
     inbox_.push_back({rank_, tag, std::move(bytes)});
     return;
   }
+  if (bytes.size() > size_t(std::numeric_limits<int>::max())) {
+    throw PipelineError(fmt::format("rank {}: a message of {} bytes to rank {} (tag {}): MPI counts end at 2 GiB; lower "
+                                    "run.rows_per_chunk", rank_, bytes.size(), dest, int(tag)));
+  }
   pending_.push_back({MPI_REQUEST_NULL, std::move(bytes)});
   auto& send = pending_.back();
   check_mpi(MPI_Isend(send.bytes.data(), int(send.bytes.size()), MPI_BYTE, dest, int(tag), MPI_COMM_WORLD, &send.request),
             "MPI_Isend");
+  pending_bytes_ += send.bytes.size();
 }
 
 void Link::send_all(Tag tag, const std::vector<uint8_t>& bytes) {
@@ -118,6 +124,7 @@ void Link::progress() {
   for (auto it = pending_.begin(); it != pending_.end();) {
     int done = 0;
     check_mpi(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) pending_bytes_ -= it->bytes.size();
     it = done ? pending_.erase(it) : std::next(it);
   }
 }
@@ -125,6 +132,7 @@ void Link::progress() {
 void Link::drain() {
   for (auto& send : pending_) check_mpi(MPI_Wait(&send.request, MPI_STATUS_IGNORE), "MPI_Wait");
   pending_.clear();
+  pending_bytes_ = 0;
   // Matched messages nobody will read any more (the run is over) still complete before
   // MPI_Finalize.
   for (auto& receive : incoming_) check_mpi(MPI_Wait(&receive.request, MPI_STATUS_IGNORE), "MPI_Wait");

@@ -130,6 +130,7 @@ class Link {
   void progress(); // retire finished sends
   void drain();    // wait for every send and matched receive to finish
   bool transferring() const { return !pending_.empty() || !incoming_.empty(); }
+  uint64_t unsent_bytes() const { return pending_bytes_; } // of sends not yet complete
 
  private:
   struct PendingSend {
@@ -146,6 +147,7 @@ class Link {
   int rank_ = 0, size_ = 1;
   std::deque<Message> inbox_;
   std::list<PendingSend> pending_;
+  uint64_t pending_bytes_ = 0;
   std::deque<PendingReceive> incoming_; // matched, in match order (deque: stable references)
 };
 

@@ -36,13 +36,6 @@
 namespace shardq {
 namespace {
 
-// Work items held per compute thread: the one computing and the next one read (or being
-// read), so disk and compute overlap; a third would only leave one rank working alone at
-// the end.
-constexpr size_t kItemsPerThread = 2;
-// Source bytes a rank keeps queued when items are small (tiny tensors): enough that the
-// request round trip (up to an idle wait on each side) hides behind the work.
-constexpr uint64_t kQueuedBytes = uint64_t(2) << 20;
 constexpr auto kWaitRetry = std::chrono::milliseconds(20);
 // Idle, the main thread waits for its worker's next result, or this long for messages from
 // other ranks: on a node whose cores all compute, each wakeup takes a core from a compute
@@ -562,17 +555,12 @@ struct RankLoop {
     }
   }
 
-  // Asks for work when the worker holds fewer items than its threads can take, or fewer
-  // source bytes than hide a round trip.
   void request_work() {
-    const size_t items_wanted = kItemsPerThread * size_t(worker.threads());
-    const size_t load = worker.load();
-    const uint64_t queued = worker.queued_bytes();
-    if (load >= items_wanted && queued >= kQueuedBytes) return;
-    const WorkRequest request{int32_t(link.rank()), int32_t(items_wanted - std::min(load, items_wanted)),
-                              kQueuedBytes - std::min(queued, kQueuedBytes)};
+    const auto request = work_to_request(
+        {int32_t(link.rank()), size_t(worker.threads()), worker.load(), worker.queued_bytes(), link.unsent_bytes()});
+    if (!request) return;
     request_pending = true;
-    link.send(0, Tag::request, encode(request));
+    link.send(0, Tag::request, encode(*request));
   }
 
   void write_received_chunk(const Message& m) {

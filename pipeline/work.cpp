@@ -1,5 +1,7 @@
 #include "pipeline/work.h"
 
+#include <algorithm>
+
 #include "pipeline/plan.h"
 
 namespace shardq {
@@ -12,6 +14,14 @@ uint64_t item_source_bytes(const Plan& plan, const WorkItem& item) {
   const auto& sources = plan.task_sources[size_t(item.task)];
   for (size_t i = 0; i < task.inputs.size(); ++i) bytes += task.input_row_count(i, first, count) * sources[i].row_bytes;
   return bytes;
+}
+
+std::optional<WorkRequest> work_to_request(const RankLoad& load) {
+  if (load.unsent_bytes >= kMaxUnsentBytes) return std::nullopt;
+  const size_t items_wanted = kItemsPerThread * load.threads;
+  if (load.items >= items_wanted && load.queued_bytes >= kQueuedBytes) return std::nullopt;
+  return WorkRequest{load.rank, int32_t(items_wanted - std::min(load.items, items_wanted)),
+                     kQueuedBytes - std::min(load.queued_bytes, kQueuedBytes)};
 }
 
 } // namespace shardq

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +32,35 @@ struct WorkRequest {
   int32_t items = 0;
   uint64_t bytes = 0;
 };
+
+// What a rank holds when it considers asking for work.
+struct RankLoad {
+  int32_t rank = 0;
+  size_t threads = 1;
+  size_t items = 0;          // items queued, being read, read or computing
+  uint64_t queued_bytes = 0; // source bytes of the items not yet computing
+  uint64_t unsent_bytes = 0; // bytes of messages sent and not yet received (chunks for their owners)
+};
+
+// Work items held per compute thread: the one computing and the next one read (or being
+// read), so disk and compute overlap; a third would only leave one rank working alone at
+// the end.
+inline constexpr size_t kItemsPerThread = 2;
+// Source bytes a rank keeps queued when items are small (tiny tensors): enough that the
+// request round trip (up to an idle wait on each side) hides behind the work.
+inline constexpr uint64_t kQueuedBytes = uint64_t(2) << 20;
+// Bytes a rank lets wait to leave before it asks for more work. A chunk for another rank's
+// shards stays in this rank's memory until its owner takes it; an owner that writes slower
+// than the others compute (its writer's queue full: a slow NFS mount) would otherwise let
+// them pile up chunks without bound (~150 MB each for an Engram table at the default
+// rows_per_chunk). What the worker already holds still finishes: the peak is this plus
+// kItemsPerThread chunks per thread.
+inline constexpr uint64_t kMaxUnsentBytes = uint64_t(512) << 20;
+
+// The request a rank sends rank 0 now, if any: when its worker holds fewer items than its
+// threads can take, or fewer source bytes than hide a round trip, and its unsent messages
+// are under kMaxUnsentBytes.
+std::optional<WorkRequest> work_to_request(const RankLoad& load);
 
 // A rank as rank 0 knows it (gathered once at start).
 struct RankInfo {
