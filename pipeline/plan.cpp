@@ -327,7 +327,8 @@ void check_index_matches_shards(const io::ShardIndex& index, const CheckpointVie
 CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* index_out) {
   const std::filesystem::path& dir = readers.folder();
   if (!std::filesystem::is_directory(dir)) {
-    throw PipelineError(fmt::format("{}: no such folder (a model folder holding {} was expected)", dir.string(), io::kIndexFileName));
+    throw PipelineError(fmt::format("{}: {} (a model folder holding {} was expected)", dir.string(),
+                                    std::filesystem::exists(dir) ? "not a folder" : "no such folder", io::kIndexFileName));
   }
   const auto index_path = dir / io::kIndexFileName;
   CheckpointView view;

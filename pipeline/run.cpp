@@ -681,6 +681,7 @@ int run_job(const RunArgs& args) {
   if (link.rank() == 0) {
     try {
       if (!rank_difference.empty()) throw PipelineError(rank_difference);
+      check_dst_can_be_a_folder(job.dst);
       check_dst_apart(job.src, "src", job.dst);
       if (!job.input_scales_from.empty()) check_dst_apart(job.input_scales_from, "reference", job.dst);
       lock.emplace(job.dst, checkpoint_path);

@@ -218,6 +218,26 @@ void check_dst_apart(const fs::path& input, std::string_view role, const fs::pat
                                   relation, role, shown(input, source), role == "src" ? "source" : role));
 }
 
+void check_dst_can_be_a_folder(const fs::path& dst) {
+  for (fs::path part = dst; !part.empty(); part = part.parent_path()) {
+    std::error_code error;
+    const fs::file_status status = fs::status(part, error); // through symbolic links
+    const std::string where = part == dst ? "" : fmt::format(" ({} is in the way)", part.string());
+    if (status.type() == fs::file_type::not_found) {
+      if (fs::is_symlink(fs::symlink_status(part, error))) {
+        throw PipelineError(fmt::format("dst {}: {} is a symbolic link to {}, which does not exist", dst.string(),
+                                        part.string(), fs::read_symlink(part, error).string()));
+      }
+      continue; // made by the run, if what holds it is a folder
+    }
+    if (error) throw PipelineError(fmt::format("dst {}: {}{}", dst.string(), error.message(), where));
+    if (status.type() != fs::file_type::directory) {
+      throw PipelineError(fmt::format("dst {}: {} exists and is not a folder", dst.string(), part.string()));
+    }
+    return;
+  }
+}
+
 fs::path take_over_marker(const fs::path& lock_file, uint64_t inode, std::string_view lock_text, int k) {
   const std::string identity = fmt::format("{}:{}", inode, lock_text);
   return fmt::format("{}.takeover.{:016x}.{}", lock_file.string(), XXH3_64bits(identity.data(), identity.size()), k);

@@ -53,6 +53,11 @@ inline constexpr auto kStaleAfter = std::chrono::seconds(60);
 // PipelineError naming both paths.
 void check_dst_apart(const std::filesystem::path& input, std::string_view role, const std::filesystem::path& dst);
 
+// Refuses a dst that cannot be made a folder, before anything is written: a file, a
+// symbolic link to nothing, a path through a file, a symlink loop. Throws PipelineError
+// naming dst and the part in the way.
+void check_dst_can_be_a_folder(const std::filesystem::path& dst);
+
 // What the lock file says.
 struct LockHolder {
   std::string host;

@@ -60,4 +60,19 @@ for case in "same $WORK/ref --fresh" "inside $WORK/ref/out"; do
   echo "reference $name: $(grep -m1 error "$WORK/ref-$name.log")"
 done
 [[ $ref_before == "$(ref_listing)" ]] || fail "a refused run changed the reference"
+
+# A dst that cannot be a folder is refused naming what is in the way, nothing made.
+touch "$WORK/a-file"
+ln -s "$WORK/nothing-here" "$WORK/dangling"
+for case in "file $WORK/a-file $WORK/a-file exists and is not a folder" \
+  "through $WORK/a-file/out $WORK/a-file exists and is not a folder" \
+  "dangling $WORK/dangling $WORK/dangling is a symbolic link to $WORK/nothing-here, which does not exist"; do
+  read -r name dst expected <<<"$case"
+  rc=0
+  run_shardq 0 "$WORK/dst-$name.log" "$JOB" --src "$WORK/src" --dst "$dst" || rc=$?
+  ((rc == 1)) || fail "dst $name: exit $rc"
+  grep -qxF "shardq: error: dst $dst: $expected" "$WORK/dst-$name.log" || fail "dst $name: $(grep -m1 error "$WORK/dst-$name.log")"
+  echo "dst $name: $(grep -m1 error "$WORK/dst-$name.log")"
+done
+[[ -f $WORK/a-file && ! -s $WORK/a-file && ! -e $WORK/nothing-here ]] || fail "a refused dst was written"
 echo "PASS: every overlap of dst and src (or the reference) refused before any work"
