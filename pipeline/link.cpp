@@ -72,14 +72,15 @@ void Link::send(int dest, Tag tag, std::vector<uint8_t> bytes) {
     return;
   }
   if (bytes.size() > size_t(std::numeric_limits<int>::max())) {
-    throw PipelineError(fmt::format("rank {}: a message of {} bytes to rank {} (tag {}): MPI counts end at 2 GiB; lower "
-                                    "run.rows_per_chunk", rank_, bytes.size(), dest, int(tag)));
+    throw PipelineError(fmt::format("rank {}: a message of {} bytes to rank {} ({}): MPI counts end at 2 GiB{}", rank_,
+                                    bytes.size(), dest, tag == Tag::chunk_data ? "a chunk for its shard" : "a factor set",
+                                    tag == Tag::chunk_data ? "; lower run.rows_per_chunk" : ""));
   }
+  pending_bytes_ += bytes.size();
   pending_.push_back({MPI_REQUEST_NULL, std::move(bytes)});
   auto& send = pending_.back();
   check_mpi(MPI_Isend(send.bytes.data(), int(send.bytes.size()), MPI_BYTE, dest, int(tag), MPI_COMM_WORLD, &send.request),
             "MPI_Isend");
-  pending_bytes_ += send.bytes.size();
 }
 
 void Link::send_all(Tag tag, const std::vector<uint8_t>& bytes) {

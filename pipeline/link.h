@@ -151,6 +151,21 @@ class Link {
   std::deque<PendingReceive> incoming_; // matched, in match order (deque: stable references)
 };
 
+// Text into a gathered record's fixed field, NUL-terminated; text too long for it is cut
+// and ends in "..." so the reader sees it was.
+template <size_t N> void copy_to_field(std::string_view text, char (&field)[N]) {
+  static constexpr char kCut[] = "...";
+  static_assert(N > sizeof(kCut));
+  if (text.size() < N) {
+    std::memcpy(field, text.data(), text.size());
+    field[text.size()] = '\0';
+    return;
+  }
+  const size_t kept = N - sizeof(kCut);
+  std::memcpy(field, text.data(), kept);
+  std::memcpy(field + kept, kCut, sizeof(kCut));
+}
+
 // MPI failures: the call, the rank and the code's text.
 void check_mpi(int code, const char* call);
 

@@ -6,6 +6,7 @@
 // line, and every rank ends cleanly with the same exit code.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,9 @@
 
 namespace shardq {
 
+// The longest message a rank passes on (a longer one is cut, ending in "...").
+inline constexpr size_t kFailureMessageBytes = 2048;
+
 struct RankFailure {
   int rank = 0;
   std::string host;
@@ -23,14 +27,16 @@ struct RankFailure {
 
 // The one line for a step that failed on `failures` (in rank order) out of `ranks`: the
 // message alone when every rank failed alike, else the first failing rank and its host
-// named, with the other failing ranks listed.
+// named, with the other failing ranks listed (rank 0 logs their reasons where they differ).
 std::string one_line_for(const std::vector<RankFailure>& failures, int ranks);
 
-// Thrown on every rank once the ranks agree that a step failed: `line` is what the rank
-// prints (rank 0's one line; empty on the others, which end silently).
+// Thrown on every rank once the ranks agree that a step failed (or rank 0 tells them its
+// own setup did): `line` is what the rank prints, rank 0's one line, empty on the others,
+// which end silently.
 class FailedOnRanks : public PipelineError {
  public:
-  explicit FailedOnRanks(const std::string& line) : PipelineError(line.empty() ? "failed on another rank" : line), line_(line) {}
+  explicit FailedOnRanks(const std::string& line)
+      : PipelineError(line.empty() ? "the run failed; rank 0 printed why" : line), line_(line) {}
   const std::string& line() const { return line_; }
 
  private:

@@ -383,12 +383,6 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
   return state;
 }
 
-// A host name into a gathered record's fixed field, cut to fit and NUL-terminated.
-template <size_t N> void copy_host_name(const Link& link, char (&field)[N]) {
-  const std::string host = link.host_name();
-  std::memcpy(field, host.data(), std::min(host.size(), N - 1));
-}
-
 // Each rank plans from its own view of src (a node-local copy on each Spark): the plans must
 // be of the same job, tool and source bytes, or their chunks would not fit together. Rank 0
 // compares each rank's fingerprint with its own, field by field (the paths aside: a copy
@@ -409,7 +403,7 @@ std::string fingerprint_difference_across_ranks(const Link& link, const Plan& pl
     const std::string text = compared[i]->first + '=' + compared[i]->second;
     mine.hash[std::min(i, kMaxFields - 1)] ^= XXH3_64bits(text.data(), text.size()); // more fields share the last slot
   }
-  copy_host_name(link, mine.host);
+  copy_to_field(link.host_name(), mine.host);
   const std::vector<Entry> entries = link.gather(mine);
   for (size_t rank = 1; rank < entries.size(); ++rank) {
     const Entry& other = entries[rank];
@@ -466,7 +460,7 @@ RankCheckIn check_in_ranks(const Link& link, const std::filesystem::path& dst, i
     int threads = 0;
     int sees_dst = 1;
   } mine;
-  copy_host_name(link, mine.host);
+  copy_to_field(link.host_name(), mine.host);
   mine.threads = threads;
   std::optional<DstProbe> probe;
   if (link.size() > 1) probe = write_dst_probe(link, dst);
@@ -653,6 +647,7 @@ int run_job(const RunArgs& args) {
   std::unique_ptr<const Plan> plan_owner;
   on_every_rank(link, [&] {
     job_read.emplace(job_from_args(args));
+    check_dst_can_be_a_folder(job_read->dst); // before the plan resolves it
     heap_populating = reserve_plan_heap(args, *job_read);
     plan_owner = std::make_unique<const Plan>(make_plan(*job_read, link.size()));
   });
@@ -681,7 +676,6 @@ int run_job(const RunArgs& args) {
   if (link.rank() == 0) {
     try {
       if (!rank_difference.empty()) throw PipelineError(rank_difference);
-      check_dst_can_be_a_folder(job.dst);
       check_dst_apart(job.src, "src", job.dst);
       if (!job.input_scales_from.empty()) check_dst_apart(job.input_scales_from, "reference", job.dst);
       lock.emplace(job.dst, checkpoint_path);
@@ -701,15 +695,11 @@ int run_job(const RunArgs& args) {
     if (link.rank() == 0) spdlog::warn("stopped while preparing, before any change: nothing to save (exit 75)");
     return kExitInterrupted;
   }
-  if (setup == kSetupFailed) {
-    if (link.rank() == 0) throw PipelineError(setup_error);
-    return kExitError;
-  }
+  if (setup == kSetupFailed) throw FailedOnRanks(link.rank() == 0 ? setup_error : "");
   const int threads = job.compute_threads();
   RankCheckIn check_in = check_in_ranks(link, job.dst, threads);
   if (link.broadcast(check_in.dst_not_shared.empty() ? 1 : 0) == 0) {
-    if (link.rank() == 0) throw PipelineError(check_in.dst_not_shared);
-    return kExitError;
+    throw FailedOnRanks(link.rank() == 0 ? check_in.dst_not_shared : "");
   }
   outputs.open_mine();
   spdlog::info("{}: {} ranks x {} threads, {} tasks, {} rows per chunk, write mode {}", job.recipe, link.size(), threads,

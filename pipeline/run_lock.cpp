@@ -222,15 +222,18 @@ void check_dst_can_be_a_folder(const fs::path& dst) {
   for (fs::path part = dst; !part.empty(); part = part.parent_path()) {
     std::error_code error;
     const fs::file_status status = fs::status(part, error); // through symbolic links
-    const std::string where = part == dst ? "" : fmt::format(" ({} is in the way)", part.string());
     if (status.type() == fs::file_type::not_found) {
       if (fs::is_symlink(fs::symlink_status(part, error))) {
+        const fs::path target = fs::read_symlink(part, error);
         throw PipelineError(fmt::format("dst {}: {} is a symbolic link to {}, which does not exist", dst.string(),
-                                        part.string(), fs::read_symlink(part, error).string()));
+                                        part.string(), (part.parent_path() / target).lexically_normal().string()));
       }
       continue; // made by the run, if what holds it is a folder
     }
-    if (error) throw PipelineError(fmt::format("dst {}: {}{}", dst.string(), error.message(), where));
+    if (error) {
+      throw PipelineError(fmt::format("dst {}: {}{}", dst.string(), error.message(),
+                                      part == dst ? "" : fmt::format(" (at {})", part.string())));
+    }
     if (status.type() != fs::file_type::directory) {
       throw PipelineError(fmt::format("dst {}: {} exists and is not a folder", dst.string(), part.string()));
     }

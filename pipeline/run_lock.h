@@ -55,7 +55,8 @@ void check_dst_apart(const std::filesystem::path& input, std::string_view role, 
 
 // Refuses a dst that cannot be made a folder, before anything is written: a file, a
 // symbolic link to nothing, a path through a file, a symlink loop. Throws PipelineError
-// naming dst and the part in the way.
+// naming dst and the part in the way. Run before anything resolves dst (the plan's
+// fingerprint does), which would fail with the bare filesystem error.
 void check_dst_can_be_a_folder(const std::filesystem::path& dst);
 
 // What the lock file says.

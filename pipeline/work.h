@@ -54,7 +54,8 @@ inline constexpr uint64_t kQueuedBytes = uint64_t(2) << 20;
 // than the others compute (its writer's queue full: a slow NFS mount) would otherwise let
 // them pile up chunks without bound (~150 MB each for an Engram table at the default
 // rows_per_chunk). What the worker already holds still finishes: the peak is this plus
-// kItemsPerThread chunks per thread.
+// kItemsPerThread chunks per thread. Every message counts: rank 0 sending a layer's factor
+// sets (hundreds of MB) pauses its own asking too, until they leave.
 inline constexpr uint64_t kMaxUnsentBytes = uint64_t(512) << 20;
 
 // The request a rank sends rank 0 now, if any: when its worker holds fewer items than its

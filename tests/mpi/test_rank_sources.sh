@@ -44,7 +44,7 @@ mpmd "$WORK/src" "$WORK/nowhere" "$WORK/half-out" "$WORK/half.log" || rc=$?
 [[ $(error_lines "$WORK/half.log") == 1 ]] || fail "not one error line: $(grep 'error' "$WORK/half.log")"
 grep -q "^shardq: error: rank 1 (.*): $WORK/nowhere: no such folder" "$WORK/half.log" ||
   fail "the error does not name rank 1 and the folder: $(grep -m3 'error' "$WORK/half.log")"
-grep -q "MPI_ABORT" "$WORK/half.log" && fail "a rank was aborted: $(cat "$WORK/half.log")"
+grep -qi "MPI_ABORT" "$WORK/half.log" && fail "a rank was aborted: $(cat "$WORK/half.log")"
 rc=0
 mpmd "$WORK/nowhere" "$WORK/nowhere" "$WORK/none-out" "$WORK/none.log" || rc=$?
 ((rc == 1)) || fail "a source no rank can read: exit $rc, not 1"
@@ -52,4 +52,18 @@ mpmd "$WORK/nowhere" "$WORK/nowhere" "$WORK/none-out" "$WORK/none.log" || rc=$?
 grep -q "^shardq: error: $WORK/nowhere: no such folder" "$WORK/none.log" ||
   fail "the error is not the message alone: $(grep -m3 'error' "$WORK/none.log")"
 [[ ! -e "$WORK/half-out" && ! -e "$WORK/none-out" ]] || fail "a refused run made its dst"
-echo "PASS: one line for a source rank 1 cannot read, one for a source none can"
+
+# A dst in a symlink loop is refused by every rank alike, before resolving dst meets the
+# loop; a dst inside src, by rank 0 alone. Either way: one line, every rank ends, no abort.
+ln -s "$WORK/loop" "$WORK/loop"
+for case in "loop $WORK/loop dst $WORK/loop: Too many levels of symbolic links" \
+  "inside $WORK/src/out dst '$WORK/src/out' lies inside src"; do
+  read -r name dst expected <<<"$case"
+  rc=0
+  mpmd "$WORK/src" "$WORK/src" "$dst" "$WORK/$name.log" || rc=$?
+  ((rc == 1)) || fail "dst $name: exit $rc, not 1"
+  [[ $(error_lines "$WORK/$name.log") == 1 ]] || fail "dst $name: not one error line: $(grep 'error' "$WORK/$name.log")"
+  grep -qF "shardq: error: $expected" "$WORK/$name.log" || fail "dst $name: $(grep -m3 'error' "$WORK/$name.log")"
+  grep -qi "MPI_ABORT" "$WORK/$name.log" && fail "dst $name: a rank was aborted: $(cat "$WORK/$name.log")"
+done
+echo "PASS: one line for a source rank 1 cannot read, one for a source none can, one for a refused dst"

@@ -25,11 +25,14 @@ TEST(RankFailures, SomeRanksFailingNameTheFirstAndListTheOthers) {
   const std::vector<RankFailure> alike = {{1, "spark2", kMissing}, {3, "spark4", kMissing}};
   EXPECT_EQ(one_line_for(alike, 4), "rank 1 (spark2): " + kMissing + " (rank 3 failed too, alike)");
   const std::vector<RankFailure> apart = {{0, "spark1", kMissing}, {1, "spark2", "bad"}, {2, "spark3", kMissing}};
-  EXPECT_EQ(one_line_for(apart, 3), "rank 0 (spark1): " + kMissing + " (ranks 1, 2 failed too, each its own way)");
+  EXPECT_EQ(one_line_for(apart, 3), "rank 0 (spark1): " + kMissing + " (ranks 1, 2 failed too; the other reasons are logged above)");
 }
 
 TEST(RankFailures, OneRankOfOneIsTheMessageAlone) {
   EXPECT_EQ(one_line_for({{0, "spark1", kMissing}}, 1), kMissing);
+}
+
+TEST(RankFailures, NoFailureIsNoLine) {
   EXPECT_EQ(one_line_for({}, 4), "");
 }
 
@@ -46,14 +49,26 @@ TEST(RankFailures, TheOnlyRankThrowsItsMessageAsTheLine) {
 
 TEST(RankFailures, ALongMessageIsCutVisibly) {
   const Link link;
-  const std::string long_message(5000, 'x');
+  const std::string long_message(2 * kFailureMessageBytes, 'x');
+  const size_t kept = kFailureMessageBytes - 4; // then "..." and the NUL
   try {
     on_every_rank(link, [&] { throw PipelineError(long_message); });
     ADD_FAILURE() << "a failed step was not reported";
   } catch (const FailedOnRanks& e) {
-    ASSERT_EQ(e.line().size(), 2047u);
-    EXPECT_EQ(e.line().substr(0, 2044), long_message.substr(0, 2044));
-    EXPECT_EQ(e.line().substr(2044), "...");
+    ASSERT_EQ(e.line().size(), kept + 3);
+    EXPECT_EQ(e.line().substr(0, kept), long_message.substr(0, kept));
+    EXPECT_EQ(e.line().substr(kept), "...");
+  }
+}
+
+TEST(RankFailures, AMessageThatFitsIsKeptWhole) {
+  const Link link;
+  const std::string longest(kFailureMessageBytes - 1, 'y');
+  try {
+    on_every_rank(link, [&] { throw PipelineError(longest); });
+    ADD_FAILURE() << "a failed step was not reported";
+  } catch (const FailedOnRanks& e) {
+    EXPECT_EQ(e.line(), longest);
   }
 }
 

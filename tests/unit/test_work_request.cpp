@@ -23,7 +23,9 @@ TEST(WorkRequest, AsksForWhatIsMissing) {
 
 TEST(WorkRequest, ARankWithEnoughItemsAndBytesDoesNotAsk) {
   EXPECT_FALSE(work_to_request({1, 2, kItemsPerThread * 2, kQueuedBytes, 0}));
-  // Enough items of tiny tensors: it still asks for bytes, and for no more items.
+}
+
+TEST(WorkRequest, EnoughItemsOfTinyTensorsAskForBytesAndNoItems) {
   const auto request = work_to_request({1, 2, kItemsPerThread * 2, 1000, 0});
   ASSERT_TRUE(request);
   EXPECT_EQ(request->items, 0);
