@@ -10,7 +10,8 @@ shards stay as they are. EDIT is one of:
   f32mul=INDEX:F  F32 element INDEX multiplied by F (in fp32);
   e4m3mul=F       every non-zero E4M3 byte (U8/F8_E4M3) replaced by the code of F times its
                   value, which must be an E4M3 value exactly (e.g. F = 0.5 on power-of-two
-                  block scales).
+                  block scales);
+  fill=HEX        its data filled with the bytes HEX (e.g. 18191a1b) over and over.
 Prints what it did.
 """
 
@@ -68,6 +69,11 @@ def edit_data(raw, base, entry, tensor, kind, arg):
                 assert target in codes, (tensor, raw[at], target)
                 raw[at] = (raw[at] & 0x80) | codes[target]
         return f"{tensor}: every non-zero E4M3 value times {arg}"
+    if kind == "fill":
+        pattern = bytes.fromhex(arg)
+        begin, end = entry["data_offsets"]
+        raw[base:base + end - begin] = (pattern * (end - begin))[:end - begin]
+        return f"{tensor}: data filled with {arg}"
     if kind == "byte":
         at, xor = (int(v, 0) for v in arg.split(":"))
         raw[base + at] ^= xor
