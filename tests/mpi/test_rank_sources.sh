@@ -35,35 +35,27 @@ grep -q "^shardq: error: rank 1 (.*) planned another 'source_sample' than rank 0
 [[ -z $(find "$WORK/stale-out" -name '*.partial' 2>/dev/null) ]] || fail "the refused run started work"
 echo "PASS: $(grep -m1 '^shardq: error' "$WORK/stale.log")"
 
+# refused_once NAME SRC0 SRC1 DST LINE: the two-rank run is refused with exit 1 and one
+# error line, LINE (a grep -E pattern after "shardq: error: "), and no rank is aborted.
+refused_once() {
+  local name=$1 log="$WORK/$1.log" rc=0
+  mpmd "$2" "$3" "$4" "$log" || rc=$?
+  ((rc == 1)) || fail "$name: exit $rc, not 1"
+  [[ $(grep -c '^shardq: error' "$log") == 1 ]] || fail "$name: not one error line: $(grep 'error' "$log")"
+  grep -qE "^shardq: error: $5" "$log" || fail "$name: $(grep -m3 'error' "$log")"
+  grep -qi "MPI_ABORT" "$log" && fail "$name: a rank was aborted: $(cat "$log")"
+  echo "$name: $(grep -m1 '^shardq: error' "$log")"
+}
+
 # A source one rank cannot read (its node does not mount it) is one line naming that rank;
 # a source no rank can read, one line alone: not a line per rank, and no rank cut short.
-error_lines() { grep -c '^shardq: error' "$1" || true; }
-rc=0
-mpmd "$WORK/src" "$WORK/nowhere" "$WORK/half-out" "$WORK/half.log" || rc=$?
-((rc == 1)) || fail "a source rank 1 cannot read: exit $rc, not 1"
-[[ $(error_lines "$WORK/half.log") == 1 ]] || fail "not one error line: $(grep 'error' "$WORK/half.log")"
-grep -q "^shardq: error: rank 1 (.*): $WORK/nowhere: no such folder" "$WORK/half.log" ||
-  fail "the error does not name rank 1 and the folder: $(grep -m3 'error' "$WORK/half.log")"
-grep -qi "MPI_ABORT" "$WORK/half.log" && fail "a rank was aborted: $(cat "$WORK/half.log")"
-rc=0
-mpmd "$WORK/nowhere" "$WORK/nowhere" "$WORK/none-out" "$WORK/none.log" || rc=$?
-((rc == 1)) || fail "a source no rank can read: exit $rc, not 1"
-[[ $(error_lines "$WORK/none.log") == 1 ]] || fail "not one error line: $(grep 'error' "$WORK/none.log")"
-grep -q "^shardq: error: $WORK/nowhere: no such folder" "$WORK/none.log" ||
-  fail "the error is not the message alone: $(grep -m3 'error' "$WORK/none.log")"
+refused_once half "$WORK/src" "$WORK/nowhere" "$WORK/half-out" "rank 1 \(.*\): $WORK/nowhere: no such folder"
+refused_once none "$WORK/nowhere" "$WORK/nowhere" "$WORK/none-out" "$WORK/nowhere: no such folder"
 [[ ! -e "$WORK/half-out" && ! -e "$WORK/none-out" ]] || fail "a refused run made its dst"
 
 # A dst in a symlink loop is refused by every rank alike, before resolving dst meets the
 # loop; a dst inside src, by rank 0 alone. Either way: one line, every rank ends, no abort.
 ln -s "$WORK/loop" "$WORK/loop"
-for case in "loop $WORK/loop dst $WORK/loop: Too many levels of symbolic links" \
-  "inside $WORK/src/out dst '$WORK/src/out' lies inside src"; do
-  read -r name dst expected <<<"$case"
-  rc=0
-  mpmd "$WORK/src" "$WORK/src" "$dst" "$WORK/$name.log" || rc=$?
-  ((rc == 1)) || fail "dst $name: exit $rc, not 1"
-  [[ $(error_lines "$WORK/$name.log") == 1 ]] || fail "dst $name: not one error line: $(grep 'error' "$WORK/$name.log")"
-  grep -qF "shardq: error: $expected" "$WORK/$name.log" || fail "dst $name: $(grep -m3 'error' "$WORK/$name.log")"
-  grep -qi "MPI_ABORT" "$WORK/$name.log" && fail "dst $name: a rank was aborted: $(cat "$WORK/$name.log")"
-done
+refused_once loop "$WORK/src" "$WORK/src" "$WORK/loop" "dst $WORK/loop: Too many levels of symbolic links"
+refused_once inside "$WORK/src" "$WORK/src" "$WORK/src/out" "dst '$WORK/src/out' lies inside src"
 echo "PASS: one line for a source rank 1 cannot read, one for a source none can, one for a refused dst"
