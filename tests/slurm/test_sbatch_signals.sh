@@ -8,7 +8,9 @@
 #     requeued once, exit 75;
 #  3. the launcher fails (exit 1) with no signal: no requeue, exit 1;
 #  4. TERM to the batch shell only, the launcher ignoring it: after TERM_GRACE_S the script
-#     sends USR1, the launcher exits 75, no requeue.
+#     sends USR1, the launcher exits 75, no requeue;
+#  5. USR1, then the time limit's TERM (to the shell and the launcher) while the launcher
+#     is still flushing: no second USR1 from the script, requeued once, exit 75.
 set -uo pipefail
 : "${SHARDQ_SOURCE_DIR:?}"
 work=$(mktemp -d)
@@ -17,13 +19,13 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 mkdir "$work/bin"
-# srun stand-in: records its signals; on TERM or USR1 exits 75 after 0.3 s (the flush),
+# srun stand-in: records its signals; on TERM or USR1 exits 75 after STUB_FLUSH_S (0.3 s, the flush),
 # unless STUB_IGNORE_TERM; STUB_EXIT: exit at once with that code.
 cat >"$work/bin/srun" <<'EOF'
 #!/usr/bin/env bash
 echo $$ >"$STUB_DIR/srun.pid"
 [ -n "${STUB_EXIT:-}" ] && exit "$STUB_EXIT"
-stop() { echo "$1" >>"$STUB_DIR/srun.signals"; sleep 0.3; exit 75; }
+stop() { echo "$1" >>"$STUB_DIR/srun.signals"; sleep "${STUB_FLUSH_S:-0.3}"; exit 75; }
 trap 'stop USR1' USR1
 if [ -n "${STUB_IGNORE_TERM:-}" ]; then trap 'echo TERM-ignored >>"$STUB_DIR/srun.signals"' TERM; else trap 'stop TERM' TERM; fi
 for _ in $(seq 300); do sleep 0.1; done
@@ -78,5 +80,15 @@ STUB_IGNORE_TERM=1 run_case grace term_batch
 grep -qx USR1 "$STUB_DIR/srun.signals" || fail "grace: no USR1 to the launcher after TERM_GRACE_S"
 (($(requeues) == 0)) || fail "grace: requeued after a TERM"
 
+usr1_then_term() {
+  kill -USR1 "$BATCH_PID"
+  sleep 0.5 # the launcher is flushing
+  kill -TERM "$BATCH_PID" "$SRUN_PID"
+}
+STUB_FLUSH_S=1.5 run_case limit usr1_then_term
+((RC == 75)) || fail "limit: exit $RC, 75 expected"
+[[ $(grep -c USR1 "$STUB_DIR/srun.signals") == 1 ]] || fail "limit: the launcher got USR1 $(grep -c USR1 "$STUB_DIR/srun.signals") times"
+(($(requeues) == 1)) || fail "limit: $(requeues) requeues after USR1 then TERM, 1 expected"
+
 ((failures == 0)) || { echo "test_sbatch_signals: $failures failures"; exit 1; }
-echo "PASS: the batch script logs and returns the launcher's status after TERM and USR1, and requeues on USR1 only"
+echo "PASS: the batch script logs and returns the launcher's status after TERM and USR1, and requeues after USR1 only (TERM following it or not)"
