@@ -29,16 +29,20 @@
 #   RANKS_PER_NODE ranks on each Spark (default 1: one rank per Spark, whose compute
 #                  threads use the node's cores)
 #   THREADS        compute threads per rank (default: this host's online cores / RANKS_PER_NODE;
-#                  the Sparks are alike), passed on as --set run.threads=THREADS
+#                  the Sparks are alike: launch from one, or set it), passed on as
+#                  --set run.threads=THREADS
 #   NP             ranks (default: hosts in the hostfile x RANKS_PER_NODE)
 #   MAP_BY         Open MPI mapping (default ppr:RANKS_PER_NODE:node:pe=THREADS: each rank
 #                  bound to its THREADS cores; a MAP_BY of yours runs unbound)
 #   SPARK_IFNAME   the ConnectX-7 netdev, the SAME name on every node; find it with
 #                  `ibdev2netdev` (an "(Up)" enp1s0f*np* port; default enp1s0f1np1).
-#                  NCCL_SOCKET_IFNAME, UCX_NET_DEVICES, OMPI_MCA_btl_tcp_if_include and
+#                  NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_if_include and
 #                  OMPI_MCA_oob_tcp_if_include default to it; set any of them to override.
 #   NCCL_IB_HCA    optional RoCE devices for NCCL (e.g. rocep1s0f1,roceP2p1s0f1: both
 #                  halves of the port), passed to the ranks when set
+#   UCX_NET_DEVICES  optional, for MPIRUN_ARGS="--mca pml ucx": UCX names RDMA devices
+#                  as device:port (e.g. rocep1s0f1:1; a netdev name would select TCP
+#                  only), passed to the ranks when set
 #   MPIRUN_ARGS    extra mpirun arguments (word-split), e.g. "--mca pml ucx"
 #   HOST_WAIT_S    --until-done after a lost host: how long to wait for it (default 600)
 #   SHARDQ_LOG, OPENBLAS_CORETYPE, LD_LIBRARY_PATH: passed to every rank when set
@@ -56,7 +60,6 @@ max_tries=10
 
 export SPARK_IFNAME=${SPARK_IFNAME:-enp1s0f1np1}
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$SPARK_IFNAME}
-export UCX_NET_DEVICES=${UCX_NET_DEVICES:-$SPARK_IFNAME}
 export OMPI_MCA_btl_tcp_if_include=${OMPI_MCA_btl_tcp_if_include:-$SPARK_IFNAME}
 export OMPI_MCA_oob_tcp_if_include=${OMPI_MCA_oob_tcp_if_include:-$SPARK_IFNAME}
 export HDF5_USE_FILE_LOCKING=FALSE
@@ -109,6 +112,9 @@ checkpoint_of() {
 }
 
 hosts_in() { grep -cvE '^[[:space:]]*(#|$)' "$1"; }
+# The hosts of a hostfile whose slots= is below N: Open MPI's ppr mapping refuses to put
+# N ranks on them (unless oversubscription is allowed, as in the test bed).
+hosts_with_fewer_slots() { awk -v n="$2" '!/^[[:space:]]*(#|$)/ && match($0, /slots=[0-9]+/) && substr($0, RSTART + 6, RLENGTH - 6) + 0 < n { print $1 }' "$1"; }
 host_names() { awk '!/^[[:space:]]*(#|$)/ { print $1 }' "$1"; }
 
 is_this_host() { [ "$1" = localhost ] || [ "$1" = "$(hostname)" ] || [ "$1" = "$(hostname -s)" ]; }
@@ -198,8 +204,8 @@ on_stop() {
 run_once() {
   check_hosts
   ((stopped_by_user)) && return "$EXIT_INTERRUPTED" # stopped during the checks: nothing launched
-  local exports=(-x PATH -x NCCL_SOCKET_IFNAME -x UCX_NET_DEVICES -x HDF5_USE_FILE_LOCKING) var
-  for var in LD_LIBRARY_PATH NCCL_IB_HCA SHARDQ_LOG OPENBLAS_CORETYPE; do
+  local exports=(-x PATH -x NCCL_SOCKET_IFNAME -x HDF5_USE_FILE_LOCKING) var
+  for var in LD_LIBRARY_PATH NCCL_IB_HCA UCX_NET_DEVICES SHARDQ_LOG OPENBLAS_CORETYPE; do
     [ -n "${!var:-}" ] && exports+=(-x "$var")
   done
   local mapping=(--map-by "ppr:${RANKS_PER_NODE:-1}:node:pe=$threads")
@@ -247,6 +253,12 @@ main() {
   for name in RANKS_PER_NODE THREADS NP; do
     [ -z "${!name:-}" ] || positive "$name" "${!name}"
   done
+  local short
+  short=$(hosts_with_fewer_slots "$hostfile" "${RANKS_PER_NODE:-1}" | paste -sd ' ')
+  if [ -z "${MAP_BY:-}" ] && [ -n "$short" ]; then
+    log "$hostfile gives $short fewer slots than RANKS_PER_NODE=${RANKS_PER_NODE:-1}: raise their slots= to it"
+    exit 2
+  fi
   np=${NP:-$(($(hosts_in "$hostfile") * ${RANKS_PER_NODE:-1}))}
   # The host's online cores: nproc would follow OMP_NUM_THREADS and this shell's affinity.
   threads=${THREADS:-$(($(getconf _NPROCESSORS_ONLN) / ${RANKS_PER_NODE:-1}))}

@@ -25,12 +25,12 @@ refused() {
 
 # bad_setting LOG EXPECTED [sparks.sh options...]: exit 2 naming the setting, nothing run.
 bad_setting() {
-  local log=$WORK/$1 expected=$2 code=0
+  local name=$1 log=$WORK/$1 expected=$2 code=0
   shift 2
   sparks "$log" "$@" || code=$?
-  ((code == 2)) || fail "$1: sparks.sh exited $code, expected 2: $(tail -3 "$log")"
-  grep -qF -- "$expected" "$log" || fail "$1: no line saying '$expected': $(tail -3 "$log")"
-  [ ! -e "$WORK/out" ] || fail "$1: the run started"
+  ((code == 2)) || fail "$name: sparks.sh exited $code, expected 2: $(tail -3 "$log")"
+  grep -qF -- "$expected" "$log" || fail "$name: no line saying '$expected': $(tail -3 "$log")"
+  [ ! -e "$WORK/out" ] || fail "$name: the run started"
   echo "refused: $(grep -F -- "$expected" "$log")"
 }
 echo "== settings that are not whole numbers above 0"
@@ -38,6 +38,7 @@ bad_setting tries.log "--max-tries must be a whole number above 0, not '5x'" --m
 bad_setting tries-missing.log "--max-tries needs a value" --max-tries
 RANKS_PER_NODE=0 bad_setting ranks.log "RANKS_PER_NODE must be a whole number above 0, not '0'" "${args[@]}"
 THREADS=auto bad_setting threads.log "THREADS must be a whole number above 0, not 'auto'" "${args[@]}"
+RANKS_PER_NODE=2 bad_setting slots.log "gives spark1 spark2 spark3 spark4 fewer slots than RANKS_PER_NODE=2" "${args[@]}"
 
 echo "== SHARDQ_BIN is not on the hosts"
 SHARDQ_BIN=/opt/missing/shardq refused no-bin.log "spark1: has no executable /opt/missing/shardq .*spark4: has no executable"
