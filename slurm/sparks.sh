@@ -28,9 +28,9 @@
 #   HOSTFILE       default for --hostfile (default: slurm/hostfile next to this script)
 #   RANKS_PER_NODE ranks on each Spark (default 1: one rank per Spark, whose compute
 #                  threads use the node's cores)
-#   THREADS        compute threads per rank (default: this host's online cores / RANKS_PER_NODE;
-#                  the Sparks are alike: launch from one, or set it), passed on as
-#                  --set run.threads=THREADS
+#   THREADS        compute threads per rank (default: the fewest online cores of the
+#                  hostfile's hosts / RANKS_PER_NODE, read in the host checks), passed on
+#                  as --set run.threads=THREADS
 #   NP             ranks (default: hosts in the hostfile x RANKS_PER_NODE)
 #   MAP_BY         Open MPI mapping (default ppr:RANKS_PER_NODE:node:pe=THREADS: each rank
 #                  bound to its THREADS cores; a MAP_BY of yours runs unbound)
@@ -68,6 +68,10 @@ readonly SSH_TIMEOUT_S=5 # per host check; the checks run in parallel
 
 mpirun_pid=""
 stopped_by_user=0
+# The host checks' fewest online cores (getconf, not nproc, which follows OMP_NUM_THREADS
+# and the shell's affinity), for THREADS' default.
+fewest_cores_file=$(mktemp)
+trap 'rm -f "$fewest_cores_file"' EXIT
 
 log() { echo "[sparks.sh $(date '+%T')] $*" >&2; }
 
@@ -122,10 +126,10 @@ is_this_host() { [ "$1" = localhost ] || [ "$1" = "$(hostname)" ] || [ "$1" = "$
 # Prints why HOST cannot run ranks, nothing if it can: it must answer over ssh (mpirun
 # launches there with ssh; not for this host, which mpirun starts locally), hold the
 # shardq binary at SHARDQ_BIN, and have SPARK_IFNAME up (administratively and with a
-# link: UP and LOWER_UP).
-host_problem() {
+# link: UP and LOWER_UP). A host that can has its online cores written to CORES_FILE.
+host_problem() { # HOST CORES_FILE
   local host=$1 out code=0 flags
-  local check="test -x $(printf '%q' "$SHARDQ_BIN") || exit 3; ip -o link show dev '$SPARK_IFNAME'"
+  local check="test -x $(printf '%q' "$SHARDQ_BIN") || exit 3; echo cores=\$(getconf _NPROCESSORS_ONLN); ip -o link show dev '$SPARK_IFNAME'"
   if is_this_host "$host"; then
     out=$(bash -c "$check" 2>&1) || code=$?
   else
@@ -133,25 +137,30 @@ host_problem() {
     ((code == 255)) && { echo "does not answer over ssh (${out//$'\n'/ })"; return; }
   fi
   ((code == 3)) && { echo "has no executable $SHARDQ_BIN (SHARDQ_BIN: the same path on every node)"; return; }
-  ((code == 0)) || { echo "has no interface $SPARK_IFNAME (SPARK_IFNAME): ${out//$'\n'/ }"; return; }
+  local link
+  link=$(grep -v '^cores=' <<<"$out")
+  ((code == 0)) || { echo "has no interface $SPARK_IFNAME (SPARK_IFNAME): ${link//$'\n'/ }"; return; }
   flags=${out#*<}
   flags=",${flags%%>*},"
-  [[ $flags == *,UP,* && $flags == *,LOWER_UP,* ]] || echo "has $SPARK_IFNAME (SPARK_IFNAME) down: <${flags:1:-1}>"
+  [[ $flags == *,UP,* && $flags == *,LOWER_UP,* ]] || { echo "has $SPARK_IFNAME (SPARK_IFNAME) down: <${flags:1:-1}>"; return; }
+  [[ $out =~ cores=([0-9]+) ]] && echo "${BASH_REMATCH[1]}" >"$2"
 }
 
 # Checks every host in parallel (a dead one costs SSH_TIMEOUT_S, not that per host); prints
 # "HOST: problem" for each that cannot run ranks; like grep, succeeds if it printed any.
+# The fewest online cores of the hosts that can go to fewest_cores_file.
 hosts_with_problems() {
   local dir host found=1 checks=()
   dir=$(mktemp -d)
   for host in $(host_names "$hostfile"); do
-    host_problem "$host" >"$dir/$host" &
+    host_problem "$host" "$dir/$host.cores" >"$dir/$host" &
     checks+=($!)
   done
   wait "${checks[@]}"
   for host in $(host_names "$hostfile"); do
     [ -s "$dir/$host" ] && { echo "$host: $(cat "$dir/$host")"; found=0; }
   done
+  cat "$dir"/*.cores 2>/dev/null | sort -n | head -1 >"$fewest_cores_file"
   rm -rf "$dir"
   return "$found"
 }
@@ -204,6 +213,12 @@ on_stop() {
 run_once() {
   check_hosts
   ((stopped_by_user)) && return "$EXIT_INTERRUPTED" # stopped during the checks: nothing launched
+  # The hosts' own cores, not this one's: the launching machine may be a login node.
+  local cores
+  cores=$(cat "$fewest_cores_file")
+  threads=${THREADS:-$((${cores:-1} / ${RANKS_PER_NODE:-1}))}
+  ((threads >= 1)) || threads=1
+  log "$np ranks x $threads threads from $hostfile over $SPARK_IFNAME: $SHARDQ_BIN run ${run_args[*]}"
   local exports=(-x PATH -x NCCL_SOCKET_IFNAME -x HDF5_USE_FILE_LOCKING) var
   for var in LD_LIBRARY_PATH NCCL_IB_HCA UCX_NET_DEVICES SHARDQ_LOG OPENBLAS_CORETYPE; do
     [ -n "${!var:-}" ] && exports+=(-x "$var")
@@ -260,10 +275,6 @@ main() {
     exit 2
   fi
   np=${NP:-$(($(hosts_in "$hostfile") * ${RANKS_PER_NODE:-1}))}
-  # The host's online cores: nproc would follow OMP_NUM_THREADS and this shell's affinity.
-  threads=${THREADS:-$(($(getconf _NPROCESSORS_ONLN) / ${RANKS_PER_NODE:-1}))}
-  ((threads >= 1)) || threads=1
-  log "$np ranks x $threads threads from $hostfile over $SPARK_IFNAME: $SHARDQ_BIN run ${run_args[*]}"
   trap on_stop INT TERM
   trap '' HUP # a dropped ssh session must not leave mpirun running unwatched (run it in tmux)
 

@@ -3,7 +3,7 @@
 # started) naming the host: one whose sshd is gone, one whose SPARK_IFNAME is down, and
 # every host when SPARK_IFNAME names no interface there or SHARDQ_BIN is not there; and
 # (exit 2, nothing launched) settings that are not whole numbers above 0: --max-tries,
-# RANKS_PER_NODE, THREADS.
+# RANKS_PER_NODE, THREADS. THREADS defaults to the fewest online cores of the hosts.
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -61,7 +61,13 @@ echo "== spark4 does not answer over ssh"
 testbed_kill_host spark4
 refused no-ssh.log "spark4: does not answer over ssh"
 
-echo "== spark4 back: it runs"
+echo "== spark4 back: it runs, with THREADS from the hosts' cores (spark2 shows one online)"
 testbed_revive_host spark4
+echo 0 >"$WORK/one-cpu"
+testbed_exec spark2 mount --bind "$WORK/one-cpu" /sys/devices/system/cpu/online
+[[ $(testbed_exec spark2 getconf _NPROCESSORS_ONLN) == 1 ]] || fail "spark2 does not show one online core"
 sparks "$WORK/ok.log" "${args[@]}" || fail "sparks.sh after spark4 came back: $(tail -5 "$WORK/ok.log")"
-echo "PASS: sparks.sh refuses, naming the host, a dead host, a down interface and a missing one"
+grep -q "4 ranks x 1 threads from" "$WORK/ok.log" || fail "THREADS not the fewest cores: $(grep -m1 'ranks x' "$WORK/ok.log")"
+grep -q "\[rank 0\] \[info\] .*: 4 ranks x 1 threads" "$WORK/ok.log" || fail "the ranks did not run 1 thread each"
+echo "PASS: sparks.sh refuses, naming the host, a dead host, a down interface and a missing one; THREADS from the hosts"
+
