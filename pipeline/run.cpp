@@ -266,7 +266,6 @@ struct StoppedDuringSetup {};
 // --verify-done: re-read every chunk recorded done and compare its checksum. Returns the
 // finalized shards that hold a damaged chunk (to go back to .partial once the state that
 // forgets the chunk is saved).
-
 std::vector<std::filesystem::path> verify_done_chunks(const Plan& plan, CheckpointState& state) {
   std::vector<std::filesystem::path> damaged_final;
   spdlog::info("--verify-done: re-reading the finished chunks");
