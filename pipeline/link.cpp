@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <limits>
 
 #include "pipeline/pipeline_error.h"
 
@@ -71,7 +70,7 @@ void Link::send(int dest, Tag tag, std::vector<uint8_t> bytes) {
     inbox_.push_back({rank_, tag, std::move(bytes)});
     return;
   }
-  if (bytes.size() > size_t(std::numeric_limits<int>::max())) {
+  if (bytes.size() > kMaxMessageBytes) {
     throw PipelineError(fmt::format("rank {}: a message of {} bytes to rank {} ({}): MPI counts end at 2 GiB{}", rank_,
                                     bytes.size(), dest, tag == Tag::chunk_data ? "a chunk for its shard" : "a factor set",
                                     tag == Tag::chunk_data ? "; lower run.rows_per_chunk" : ""));

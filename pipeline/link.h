@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <list>
 #include <optional>
 #include <span>
@@ -107,6 +108,9 @@ std::vector<Record> decode_array(std::span<const uint8_t> bytes, std::string_vie
 inline std::span<const uint8_t> payload(const std::vector<uint8_t>& bytes, size_t header_size) {
   return std::span<const uint8_t>(bytes).subspan(header_size);
 }
+
+// The largest message MPI carries: its counts are `int`.
+inline constexpr uint64_t kMaxMessageBytes = uint64_t(std::numeric_limits<int>::max());
 
 // Whether a launcher started this process (mpirun, srun --mpi=pmix, a PMI launcher): only
 // then does `run` initialize MPI.

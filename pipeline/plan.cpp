@@ -10,7 +10,9 @@
 #include "pipeline/io/index.h"
 #include "pipeline/io/shard_readers.h"
 #include "pipeline/io/strict_json.h"
+#include "pipeline/link.h"
 #include "pipeline/parallel.h"
+#include "pipeline/work.h"
 #include "pipeline/pipeline_error.h"
 #include "stages/digest.h"
 #include "stages/factors.h"
@@ -390,6 +392,7 @@ Plan make_plan(const Job& job, int ranks) {
   plan_shards(plan, ranks);
   plan_task_inputs(plan);
   plan_task_outputs(plan);
+  refuse_chunk_messages_past(plan.tasks(), ranks, plan.job.write_mode == "owner", kMaxMessageBytes);
   plan.group_tasks.resize(plan.recipe_plan.groups);
   for (size_t t = 0; t < plan.tasks().size(); ++t) plan.group_tasks.at(plan.tasks()[t].group).push_back(t);
   refuse_unindexed_shards(plan);

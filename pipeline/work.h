@@ -13,6 +13,7 @@
 namespace shardq {
 
 struct Plan;
+struct Task;
 
 // A task's phases: its group's reduction, the factors it needs, then encode + write.
 enum class WorkKind : int32_t { reduce, factor, encode, wait };
@@ -99,6 +100,18 @@ struct ChunkResult {
   ChunkStats stats;
   // chunk_data: followed by the task's output buffers in order
 };
+
+// The bytes of the chunk_data message that carries chunk `chunk` of `task` to the rank
+// writing its shard: its ChunkResult and the chunk's rows of every output.
+uint64_t chunk_message_bytes(const Task& task, uint64_t chunk);
+// The largest rows_per_chunk, a multiple of the task's row_alignment, whose chunk messages
+// fit in `limit` bytes; 0 when not even one aligned group of rows does.
+uint64_t rows_per_chunk_within(const Task& task, uint64_t limit);
+// With write_mode owner and more than one rank, a chunk computed on one rank travels to the
+// rank writing its shard as one message: PipelineError, before any work, when a task's
+// chunk would not fit in `limit` bytes (MPI's kMaxMessageBytes), naming the task, the
+// message's size and the rows_per_chunk that fits every task.
+void refuse_chunk_messages_past(const std::vector<Task>& tasks, int ranks, bool owner_writes, uint64_t limit);
 
 // finalize: followed by `scalars` floats, the shard's group_scalar entries in layout order.
 struct FinalizeShard {
