@@ -2,8 +2,8 @@
 # Four DGX Sparks on this one machine: each "host" is a network namespace on a Linux
 # bridge with its own hostname (UTS namespace), its own mounts, an `eth0` (the same
 # interface name on every host, like the Sparks' ConnectX port), an sshd for root by key,
-# and optionally a slurmd; the shared file system stands in for NFS. See
-# shared/ref/CLUSTER.md "Several hosts on this one machine" for what this relies on.
+# and optionally a slurmd; the shared file system stands in for NFS. docs/cluster.md
+# "Testing on four hosts" says what this relies on.
 #
 # Sourced by tests/cluster/test_*.sh (or run by hand: `testbed.sh up [N]`, `testbed.sh down`):
 #   testbed_up [N]            N hosts spark1..N (default 4) answering ssh; needs root
@@ -134,6 +134,34 @@ testbed_make_host() {
   testbed_wait_for 10 testbed_host_named "$host" || { testbed_log "$host did not come up"; return 1; }
 }
 
+testbed_mac() { ip -n "$(testbed_netns "$1")" -o link show dev "$TESTBED_IFNAME" | sed -n 's#.*link/ether \([0-9a-f:]*\).*#\1#p'; }
+
+# Every host, and the machine, knows every other's MAC address for good (permanent
+# neighbour entries): no ARP on the bridge. On a loaded 2-core machine an ARP answer can
+# come later than the kernel waits (3 probes, 1 s apart); the connect then fails with
+# "no route to host", and Open MPI 4.1's TCP transport, whose connections open lazily at
+# the first message, leaves that message queued forever instead of failing: a hung test,
+# not a red one.
+testbed_pin_neighbours() {
+  local host peer mac
+  declare -A macs=([bridge]=$(cat "/sys/class/net/$TESTBED_BRIDGE/address"))
+  for host in "${TESTBED_HOSTS[@]}"; do
+    mac=$(testbed_mac "$host")
+    [ -n "$mac" ] || { testbed_log "no MAC address for $host's $TESTBED_IFNAME"; return 1; }
+    macs[$host]=$mac
+    ip neigh replace "$(testbed_addr "$host")" lladdr "$mac" dev "$TESTBED_BRIDGE" nud permanent || return 1
+  done
+  for host in "${TESTBED_HOSTS[@]}"; do
+    ip -n "$(testbed_netns "$host")" neigh replace "$TESTBED_SUBNET.254" lladdr "${macs[bridge]}" \
+      dev "$TESTBED_IFNAME" nud permanent || return 1
+    for peer in "${TESTBED_HOSTS[@]}"; do
+      [ "$peer" = "$host" ] && continue
+      ip -n "$(testbed_netns "$host")" neigh replace "$(testbed_addr "$peer")" lladdr "${macs[$peer]}" \
+        dev "$TESTBED_IFNAME" nud permanent || return 1
+    done
+  done
+}
+
 testbed_host_named() { [ "$(testbed_exec "$1" hostname 2>/dev/null)" = "$1" ]; }
 
 testbed_start_sshd() {
@@ -174,6 +202,7 @@ testbed_up() {
     testbed_make_host "$host" || return 1
     testbed_start_sshd "$host" || return 1
   done
+  testbed_pin_neighbours || { testbed_log "could not pin the hosts' neighbour entries"; return 1; }
   testbed_log "up: ${TESTBED_HOSTS[*]} on $TESTBED_SUBNET.0/24 ($TESTBED_IFNAME), state in $TESTBED_STATE"
 }
 
