@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
+#include <ctime>
 #include <string>
 
 #include "pipeline/commands.h"
@@ -14,7 +16,12 @@ namespace shardq {
 namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
-volatile sig_atomic_t g_signal_count = 0;
+// When the first stop arrived (CLOCK_MONOTONIC, ns). Signals within kSameStop of it are the
+// same stop delivered twice: GNU `timeout` signals its child and then its whole process
+// group, the child included, and a launcher may pass on a signal the ranks also got.
+std::atomic<int64_t> g_first_stop_ns{0};
+static_assert(std::atomic<int64_t>::is_always_lock_free);
+constexpr int64_t kSameStopNs = 1'000'000'000;
 
 // Read by the signal handler on any thread: fixed buffers, counted only once filled.
 struct FastExitFile {
@@ -35,14 +42,26 @@ void remove_fast_exit_files() { // async-signal-safe: stat and unlink only
   }
 }
 
+int64_t monotonic_ns() { // async-signal-safe: clock_gettime
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
 void on_stop_signal(int signal) {
-  const int count = g_signal_count + 1; // no ++ on a volatile (deprecated in C++20)
-  g_signal_count = count;
-  if (count > 1) {
-    remove_fast_exit_files();
-    _exit(kExitInterrupted);
+  const int64_t now = monotonic_ns();
+  if (g_stop_signal == 0) {
+    g_first_stop_ns = now;
+    g_stop_signal = signal;
+    return;
   }
-  g_stop_signal = signal;
+  if (now - g_first_stop_ns < kSameStopNs) return;
+  static constexpr char kLine[] =
+      "shardq: a second stop signal: exiting at once, without the final checkpoint save; "
+      "run the same command to resume from the last save\n";
+  [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, kLine, sizeof(kLine) - 1);
+  remove_fast_exit_files();
+  _exit(kExitInterrupted);
 }
 
 } // namespace

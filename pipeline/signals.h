@@ -1,6 +1,7 @@
 // SIGTERM / SIGINT / SIGUSR1: the first asks every rank to stop taking work, flush the
-// checkpoint and exit 75; a second one exits at once (the checkpoint on disk is always
-// a complete generation, so it still reads back).
+// checkpoint and exit 75; one that comes 1 s or more after it exits at once, saying so
+// (the checkpoint on disk is always a complete generation, so it still reads back). Those
+// within the second are the same stop delivered twice (`timeout`, a launcher).
 #pragma once
 
 #include <sys/types.h>

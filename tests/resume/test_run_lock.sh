@@ -134,21 +134,44 @@ grep -qE "host elsewhere.invalid, pid 4242, since .*; last heartbeat [0-9]+ s ag
   fail "the refusal does not say when the lock would be stale: $line"
 echo "live_host: $line"
 
-# 3. A second signal exits at once (75) and still removes the lock.
+# 3. Two signals at once (GNU `timeout` signals the process and then its group) are one
+#    stop: flushed, exit 75. A second one 1.5 s later exits at once, saying so, and still
+#    removes the lock (the chunk in its 3 s test delay keeps the first stop from ending
+#    before it).
 # shellcheck disable=SC2046,SC2091 # the command line of lib.sh, split into words
-SHARDQ_TEST_CHUNK_DELAY_MS=40 SHARDQ_LOG=debug $(shardq_cmd 0 "$JOB" "${COMMON[@]}" --dst "$WORK/twice") >"$WORK/twice.log" 2>&1 &
+SHARDQ_TEST_CHUNK_DELAY_MS=40 $(shardq_cmd 0 "$JOB" "${COMMON[@]}" --dst "$WORK/together") >"$WORK/together.log" 2>&1 &
+together=$!
+STARTED_PIDS+=("$together")
+wait_for_log "$WORK/together.log" "$together" "ranks x"
+kill -TERM "$together"
+kill -INT "$together" # another kind: two of one kind may merge into one while pending
+rc=0
+wait "$together" || rc=$?
+((rc == 75)) || fail "two signals at once gave exit $rc: $(tail -3 "$WORK/together.log")"
+grep -q "interrupted: checkpoint" "$WORK/together.log" || fail "two signals at once skipped the flush: $(tail -3 "$WORK/together.log")"
+grep -q "second stop signal" "$WORK/together.log" && fail "two signals at once were taken for two stops"
+run_shardq 0 "$WORK/together.resume.log" "$JOB" "${COMMON[@]}" --dst "$WORK/together" || fail "the rerun after two signals failed"
+same_output "$REF" "$WORK/together"
+echo "SIGTERM and SIGINT at once: one stop, flushed, exit 75, rerun to the same bytes"
+
+# shellcheck disable=SC2046,SC2091 # the command line of lib.sh, split into words
+SHARDQ_TEST_CHUNK_DELAY_MS=3000 SHARDQ_LOG=debug $(shardq_cmd 0 "$JOB" "${COMMON[@]}" --dst "$WORK/twice") >"$WORK/twice.log" 2>&1 &
 twice=$!
 STARTED_PIDS+=("$twice")
 wait_for_log "$WORK/twice.log" "$twice" "assign"
+sleep 0.5 # the first chunks computed, in their delay
 kill -TERM "$twice"
-kill -INT "$twice" # another signal: two of one kind may merge into one while pending
+sleep 1.5
+kill -INT "$twice"
 rc=0
 wait "$twice" || rc=$?
-((rc == 75)) || fail "a double SIGTERM gave exit $rc: $(tail -3 "$WORK/twice.log")"
-[[ ! -e $WORK/twice/.shardq/run.lock ]] || fail "the lock outlived the double signal"
-run_shardq 0 "$WORK/twice.resume.log" "$JOB" "${COMMON[@]}" --dst "$WORK/twice" || fail "the rerun after a double signal failed"
+((rc == 75)) || fail "a second signal gave exit $rc: $(tail -3 "$WORK/twice.log")"
+grep -q "shardq: a second stop signal: exiting at once, without the final checkpoint save" "$WORK/twice.log" ||
+  fail "the second signal's exit said nothing: $(tail -3 "$WORK/twice.log")"
+grep -q "interrupted: checkpoint" "$WORK/twice.log" && fail "the second signal did not exit at once"
+[[ ! -e $WORK/twice/.shardq/run.lock ]] || fail "the lock outlived the second signal"
+run_shardq 0 "$WORK/twice.resume.log" "$JOB" "${COMMON[@]}" --dst "$WORK/twice" || fail "the rerun after a second signal failed"
 grep -q "stale lock" "$WORK/twice.resume.log" && fail "the rerun found a stale lock: $(grep 'stale lock' "$WORK/twice.resume.log")"
 same_output "$REF" "$WORK/twice"
-echo "SIGTERM then SIGINT: exit 75 ($(grep -q 'interrupted: checkpoint' "$WORK/twice.log" && echo 'flushed first' ||
-  echo 'at once')), lock removed, rerun to the same bytes"
+echo "a second signal 1.5 s later: exit 75 at once, said so, lock removed, rerun to the same bytes"
 echo "PASS: one run per output; stale locks taken over; locks removed at every end"
