@@ -32,7 +32,8 @@ void install_stop_signals_for_run(int argc, char** argv, char**) {
 [[gnu::section(".preinit_array"), gnu::used]] constexpr auto kStopSignalsFirst = &install_stop_signals_for_run;
 
 const CLI::Validator kNotEmpty(
-    [](const std::string& text) { return text.empty() ? std::string("must not be empty") : std::string(); }, "PATH");
+    [](const std::string& text) { return text.empty() ? std::string("must not be empty (an unset variable?)") : std::string(); },
+    "PATH");
 
 // Unsigned options are checked as text first: CLI11 would wrap "-5" round to 2^64 - 5.
 bool all_digits(const std::string& text) {
@@ -69,7 +70,7 @@ int checked_stdout(int code) {
 
 void add_inspect(CLI::App& app, shardq::InspectArgs& args) {
   auto* sub = app.add_subcommand("inspect", "Print the tensor table of one shard");
-  sub->add_option("file", args.file, "safetensors shard")->required();
+  sub->add_option("file", args.file, "safetensors shard")->required()->check(kNotEmpty);
 }
 
 void add_fixture(CLI::App& app, shardq::FixtureArgs& args) {
@@ -91,10 +92,12 @@ void add_fixture(CLI::App& app, shardq::FixtureArgs& args) {
 
 void add_run(CLI::App& app, shardq::RunArgs& args) {
   auto* sub = app.add_subcommand("run", "Run a job (resumes from its checkpoint)");
-  sub->add_option("job", args.job_file, "job TOML file")->required();
-  sub->add_option("--src", args.src, "source checkpoint folder");
-  sub->add_option("--dst", args.dst, "output folder");
-  sub->add_option("--checkpoint", args.checkpoint, "checkpoint file");
+  // An empty path is refused, not taken for "not given": `--dst "$OUT"` with OUT unset
+  // would otherwise write to the job file's own dst.
+  sub->add_option("job", args.job_file, "job TOML file")->required()->check(kNotEmpty);
+  sub->add_option("--src", args.src, "source checkpoint folder")->check(kNotEmpty);
+  sub->add_option("--dst", args.dst, "output folder")->check(kNotEmpty);
+  sub->add_option("--checkpoint", args.checkpoint, "checkpoint file")->check(kNotEmpty);
   // One value per --set, so that options may come before the job file.
   sub->add_option("--set", args.overrides, "section.key=value override (repeatable)")->allow_extra_args(false);
   sub->add_flag("--force", args.force, "overwrite a complete output");
@@ -104,20 +107,22 @@ void add_run(CLI::App& app, shardq::RunArgs& args) {
 
 void add_status(CLI::App& app, shardq::StatusArgs& args) {
   auto* sub = app.add_subcommand("status", "Print a checkpoint's progress");
-  sub->add_option("checkpoint", args.checkpoint, "checkpoint.h5, or an output folder (its .shardq/checkpoint.h5)")->required();
+  sub->add_option("checkpoint", args.checkpoint, "checkpoint.h5, or an output folder (its .shardq/checkpoint.h5)")
+      ->required()
+      ->check(kNotEmpty);
 }
 
 void add_verify(CLI::App& app, shardq::VerifyArgs& args) {
   auto* sub = app.add_subcommand("verify", "Audit an output against its source");
-  sub->add_option("--src", args.src)->required();
-  sub->add_option("--dst", args.dst)->required();
-  sub->add_option("job", args.job_file, "job TOML file");
+  sub->add_option("--src", args.src)->required()->check(kNotEmpty);
+  sub->add_option("--dst", args.dst)->required()->check(kNotEmpty);
+  sub->add_option("job", args.job_file, "job TOML file")->check(kNotEmpty);
   sub->add_option("--set", args.overrides, "section.key=value override, as given to run (repeatable)")->allow_extra_args(false);
 }
 
 void add_study(CLI::App& app, shardq::StudyArgs& args) {
   auto* sub = app.add_subcommand("study", "Compare quantization methods on sampled Engram rows");
-  sub->add_option("--src", args.src)->required();
+  sub->add_option("--src", args.src)->required()->check(kNotEmpty);
   sub->add_option("--layer", args.layer)->required();
   sub->add_option("--sample", args.sample, "sampled rows, at least one per hash column")->check(kCount);
   sub->add_option("--methods", args.methods, "comma-separated: rtn, mse, gptq, gptq-mse")

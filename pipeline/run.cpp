@@ -701,8 +701,8 @@ int run_job(const RunArgs& args) {
     throw FailedOnRanks(link.rank() == 0 ? check_in.dst_not_shared : "");
   }
   outputs.open_mine();
-  spdlog::info("{}: {} ranks x {} threads, {} tasks, {} rows per chunk, write mode {}", job.recipe, link.size(), threads,
-               plan.tasks().size(), job.rows_per_chunk, job.write_mode);
+  spdlog::info("{}: {} ranks x {} threads, {} tasks, {} rows per chunk, write mode {}, from {} to {}", job.recipe, link.size(),
+               threads, plan.tasks().size(), job.rows_per_chunk, job.write_mode, job.src, job.dst);
 
   Worker worker(plan, outputs, link.rank(), threads);
   std::unique_ptr<Coordinator> coordinator;

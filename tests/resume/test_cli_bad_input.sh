@@ -144,6 +144,15 @@ expect_exit set-fraction 1 "key 'run.rows_per_chunk' = 2048.5 (from the file or 
 expect_exit set-unquoted 1 "key 'job.dst' = true (from the file or a --set) is not a string (in quotes" \
   run "$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml" --src "$work/src" --set job.dst=true
 expect_exit study-method-twice 2 "'rtn' is given twice" study --src "$work/src" --layer 1 --methods rtn,rtn
+# An empty path (`--dst "$OUT"` with OUT unset) is a usage error, never the job file's own
+# dst or src: the run would write where the job file points.
+sed "s#^dst = .*#dst = \"$work/job-dst\"#" "$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml" >"$work/job-dst.toml"
+expect_exit empty-dst 2 "--dst: must not be empty (an unset variable?)" run "$work/job-dst.toml" --src "$work/src" --dst ""
+expect_exit empty-src 2 "--src: must not be empty" run "$work/job-dst.toml" --src "" --dst "$work/o-empty"
+expect_exit empty-checkpoint 2 "--checkpoint: must not be empty" run "$work/job-dst.toml" --src "$work/src" --checkpoint ""
+expect_exit empty-verify-dst 2 "--dst: must not be empty" verify --src "$work/src" --dst "" "$work/job-dst.toml"
+expect_exit empty-status 2 "checkpoint: must not be empty" status ""
+[[ ! -e $work/job-dst && ! -e $work/o-empty ]] || fail "a run with an empty path wrote an output"
 [ ! -e "$work/f-neg" ] && [ ! -e "$work/f-preset" ] || fail "a refused fixture made its folder"
 expect_exit fixture-not-empty 1 "$work/src is not empty" fixture --out "$work/src"
 expect_exit study-sample 1 "--sample 5: layer 1 has 24 hash columns" study --src "$work/src" --layer 1 --sample 5 --methods rtn
