@@ -232,6 +232,15 @@ void check_no_run_without_checkpoint(const Plan& plan, const std::filesystem::pa
 }
 
 // Whether every file linked from the source is in dst.
+// The first shard of the plan that dst lacks, or "": a report beside missing shards is an
+// output damaged since, not a complete one.
+std::string first_missing_shard(const Plan& plan) {
+  for (const auto& shard : plan.shards) {
+    if (!std::filesystem::exists(plan.dst / shard.file)) return shard.file;
+  }
+  return "";
+}
+
 bool links_present(const Plan& plan) {
   return std::ranges::all_of(linked_files(plan), [&](const std::string& file) { return std::filesystem::exists(plan.dst / file); });
 }
@@ -345,6 +354,12 @@ std::optional<CheckpointState> prepare_rank0(const Plan& plan, const RunArgs& ar
       const std::string why = loaded       ? fmt::format(" of another job ({} {})", checkpoint_path.string(), mismatch)
                               : args.fresh ? std::string(" (--fresh starts an unfinished output over)")
                                            : fmt::format(" (no checkpoint at {} says whose)", checkpoint_path.string());
+      const std::string missing = first_missing_shard(plan);
+      if (!missing.empty()) {
+        throw PipelineError(fmt::format("{}: holds the report of a finished output but not its {} (damaged or partly "
+                                        "removed since){}; pass --force to make it again",
+                                        plan.dst.string(), missing, why));
+      }
       throw PipelineError(fmt::format("{}: holds a complete output already{}; pass --force to overwrite it",
                                       plan.dst.string(), why));
     }

@@ -164,6 +164,14 @@ rc=0
 run_shardq 0 "$WORK/nockpt.log" "${ARGS[@]}" || rc=$?
 ((rc != 0)) || fail "a complete output without checkpoint was overwritten without --force"
 expect_refusal "$WORK/nockpt.log" "complete output already" "--force"
+# Nor is one that lost a shard since called complete: the refusal names the shard.
+missing=$(cd "$DST" && ls ./*.safetensors | head -n 1 | sed 's#^./##')
+mv "$DST/$missing" "$WORK/$missing.aside"
+rc=0
+run_shardq 0 "$WORK/lost.log" "${ARGS[@]}" || rc=$?
+((rc != 0)) || fail "an output without checkpoint that lost a shard was overwritten without --force"
+expect_refusal "$WORK/lost.log" "holds the report of a finished output but not its $missing" "--force"
+mv "$WORK/$missing.aside" "$DST/$missing"
 
 # --fresh over shards that another job (mse) finalized before it was killed.
 DST2="$WORK/out2"
