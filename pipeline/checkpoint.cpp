@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "pipeline/checkpoint_durability.h"
@@ -129,6 +130,17 @@ std::string field_difference(const std::string& then, const std::string& now) {
 
 } // namespace
 
+namespace {
+
+// What a digest field stands for: its values alone are two hashes.
+std::string_view field_meaning(std::string_view field) {
+  if (field == "source_headers") return " (a digest of the source's shard headers: another or a changed source)";
+  if (field == "source_sample") return " (a digest of sampled source bytes: another or a changed source)";
+  return "";
+}
+
+} // namespace
+
 std::string fingerprint_mismatch(const CheckpointState& stored,
                                  const std::vector<std::pair<std::string, std::string>>& current) {
   const auto value_in = [](const std::vector<std::pair<std::string, std::string>>& fields,
@@ -141,7 +153,7 @@ std::string fingerprint_mismatch(const CheckpointState& stored,
   for (const auto& [field, now] : current) {
     const auto then = value_in(stored.fingerprint, field);
     if (!then) return prefix + field + "' is missing in the checkpoint but " + now + " now";
-    if (*then != now) return prefix + field + "': " + field_difference(*then, now);
+    if (*then != now) return prefix + field + "': " + field_difference(*then, now) + std::string(field_meaning(field));
   }
   for (const auto& [field, then] : stored.fingerprint)
     if (!value_in(current, field)) return prefix + field + "' is " + then + " in the checkpoint but missing now";

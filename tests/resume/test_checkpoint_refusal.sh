@@ -94,7 +94,7 @@ PY
 rc=0
 run_shardq 0 "$WORK/bytes.log" "${ARGS[@]}" || rc=$?
 ((rc != 0)) || fail "a checkpoint was resumed over source shards with other bytes"
-expect_refusal "$WORK/bytes.log" "another job" "field 'source_sample'" "--fresh"
+expect_refusal "$WORK/bytes.log" "another job" "field 'source_sample'" "sampled source bytes: another or a changed source" "--fresh"
 rm -rf "$WORK/src"
 mv "$WORK/src-before" "$WORK/src"
 
