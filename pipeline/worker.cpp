@@ -11,6 +11,7 @@
 #include "pipeline/test_hooks.h"
 #include "stages/amax.h"
 #include "stages/factors.h"
+#include "stages/stage_error.h"
 
 namespace shardq {
 namespace {
@@ -255,11 +256,18 @@ void Worker::compute_loop() {
 }
 
 void Worker::process(ReadItem& read, EncodedChunk& out, std::vector<ChunkOut>& written) {
-  switch (read.item.kind) {
-    case WorkKind::reduce: do_reduce(read.item, *read.rows); break;
-    case WorkKind::factor: do_factor(read.item); break;
-    case WorkKind::encode: do_encode(read.item, *read.rows, out, written); break;
-    case WorkKind::wait: break;
+  try {
+    switch (read.item.kind) {
+      case WorkKind::reduce: do_reduce(read.item, *read.rows); break;
+      case WorkKind::factor: do_factor(read.item); break;
+      case WorkKind::encode: do_encode(read.item, *read.rows, out, written); break;
+      case WorkKind::wait: break;
+    }
+  } catch (const StageError& e) {
+    // A stage names the tensor, row and column of bad source data; the file is known here.
+    if (read.item.kind != WorkKind::reduce && read.item.kind != WorkKind::encode) throw;
+    const Task& task = plan_.tasks()[size_t(read.item.task)];
+    throw PipelineError(fmt::format("{}: {}", (plan_.src / plan_.shards[task.shard].file).string(), e.what()));
   }
 }
 

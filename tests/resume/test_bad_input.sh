@@ -2,7 +2,7 @@
 # Bad input to `shardq run` (docs/design.md "Bad input": one clear message, non-zero exit, no output
 # that claims to be complete):
 #  1. a NaN E4M3 code (0x7F, 0xFF) or a NaN E8M0 scale (0xFF) in an Engram table: the error
-#     names tensor, row and column; no changed shard under its final name, no index;
+#     names file, tensor, row and column; no changed shard under its final name, no index;
 #  2. engram_num_embeddings in config.json that does not match the table: refused before
 #     any work (no .partial file);
 #  3. a complete output in dst: refused without --force (message says --force, bytes
@@ -83,7 +83,7 @@ check_nan_in_table() { # label tensor row col byte column_word
   src=$(fixture_copy "src-$label")
   patch_byte "$src" "$tensor" "$row" "$col" "$byte"
   run_expect_failure "$label" "$dst.log" --src "$src" --dst "$dst" || return 0
-  expect_in_log "$label" "$dst.log" "$tensor: row $row "
+  expect_in_log "$label" "$dst.log" "$src/$(shard_of "$src" "$tensor"): $tensor: row $row "
   expect_in_log "$label" "$dst.log" "$column_word $col"
   no_complete_output "$label" "$dst"
   echo "ok: $label: $(grep -m1 'error' "$dst.log")"
