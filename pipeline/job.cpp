@@ -41,14 +41,18 @@ void check_known_keys(const toml::table& root, const std::string& file) {
 }
 
 // A [quant] key the job's recipe does not read would do nothing: refused, with the keys it reads.
-void check_recipe_keys(const toml::table& root, const std::string& recipe, const std::string& file) {
+void check_recipe_keys(const toml::table& root, const std::string& recipe, const std::string& file,
+                       const std::vector<std::string>& overrides) {
   const auto* quant = root["quant"].as_table();
   if (!quant || !is_recipe(recipe)) return; // an unknown recipe is validate's to name
   const std::vector<std::string_view> read = make_recipe(recipe)->quant_keys();
   for (const auto& [key, value] : *quant) {
     if (std::find(read.begin(), read.end(), key.str()) != read.end()) continue;
-    throw PipelineError(fmt::format("{}: quant.{} does nothing for recipe {} (it reads quant.{}): remove it", file,
-                                    key.str(), recipe, fmt::join(read, ", quant.")));
+    const std::string assigned = fmt::format("quant.{}=", key.str());
+    const bool from_set = std::any_of(overrides.begin(), overrides.end(),
+                                      [&](const std::string& o) { return o.starts_with(assigned); });
+    throw PipelineError(fmt::format("{}: quant.{} does nothing for recipe {} (it reads quant.{}): remove it",
+                                    from_set ? std::string("--set") : file, key.str(), recipe, fmt::join(read, ", quant.")));
   }
 }
 
@@ -62,6 +66,9 @@ void apply_override(toml::table& root, const std::string& assignment) {
   const std::string section = assignment.substr(0, dot);
   const std::string key = assignment.substr(dot + 1, eq - dot - 1);
   const std::string text = assignment.substr(eq + 1);
+  if (std::find(kKnownKeys.begin(), kKnownKeys.end(), section + "." + key) == kKnownKeys.end()) {
+    throw PipelineError(fmt::format("--set '{}': unknown key '{}.{}'", assignment, section, key));
+  }
   if (!root.contains(section)) root.insert(section, toml::table{});
   auto* table_node = root[section].as_table();
   if (!table_node) {
@@ -197,7 +204,7 @@ Job load_job(const std::string& path, const std::vector<std::string>& overrides)
   read_key(root, "run", "backend", job.backend, path);
   read_key(root, "run", "write_mode", job.write_mode, path);
   read_key(root, "run", "checkpoint", job.checkpoint, path);
-  check_recipe_keys(root, job.recipe, path);
+  check_recipe_keys(root, job.recipe, path, overrides);
   validate(job);
   return job;
 }

@@ -131,25 +131,32 @@ check_force() {
 check_unknown_keys() {
   local dst="$work/out-keys" bad_job="$work/bad-job.toml"
   run_expect_failure unknown-set "$dst.set.log" --src "$work/src" --dst "$dst" --set 'quant.turbo_mode=1' &&
-    expect_in_log unknown-set "$dst.set.log" "turbo_mode"
+    expect_in_log unknown-set "$dst.set.log" "--set 'quant.turbo_mode=1': unknown key 'quant.turbo_mode'"
   sed 's/^\[run\]$/[run]\nwarp_speed = 9/' "$job" >"$bad_job"
   grep -q warp_speed "$bad_job" || { fail "unknown-file: could not add the key to the job"; return 0; }
   if "$SHARDQ_BIN" run "$bad_job" --src "$work/src" --dst "$dst" >"$dst.file.log" 2>&1; then
     fail "unknown-file: shardq run succeeded"
   else
-    expect_in_log unknown-file "$dst.file.log" "warp_speed"
+    expect_in_log unknown-file "$dst.file.log" "$bad_job: unknown key 'run.warp_speed'"
   fi
   local key
   for key in 'quant.ignore=["attn.wkv"]' quant.keep_mtp=true 'quant.input_scales_from="/models/ref"'; do
     run_expect_failure "unread-$key" "$dst.unread.log" --src "$work/src" --dst "$dst" --set "$key" || continue
-    expect_in_log "unread-$key" "$dst.unread.log" "${key%%=*} does nothing for recipe engram-nvfp4"
+    expect_in_log "unread-$key" "$dst.unread.log" "--set: ${key%%=*} does nothing for recipe engram-nvfp4"
     expect_in_log "unread-$key" "$dst.unread.log" "it reads quant.method, quant.mse_candidates"
   done
   if "$SHARDQ_BIN" run "$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml" --src "$work/src" --dst "$dst" \
     --set 'quant.method="rtn"' >"$dst.int8.log" 2>&1; then
     fail "unread-int8: shardq run succeeded with quant.method on w8a8-int8"
   else
-    expect_in_log unread-int8 "$dst.int8.log" "quant.method does nothing for recipe w8a8-int8 (it reads quant.ignore)"
+    expect_in_log unread-int8 "$dst.int8.log" "--set: quant.method does nothing for recipe w8a8-int8 (it reads quant.ignore)"
+  fi
+  # The same key from the file names the file.
+  sed 's/^\[quant\]$/[quant]\nmethod = "rtn"/' "$SHARDQ_SOURCE_DIR/jobs/demo-w8a8-int8.toml" >"$work/int8-method.toml"
+  if "$SHARDQ_BIN" run "$work/int8-method.toml" --src "$work/src" --dst "$dst" >"$dst.int8-file.log" 2>&1; then
+    fail "unread-int8-file: shardq run succeeded with quant.method in a w8a8-int8 job file"
+  else
+    expect_in_log unread-int8-file "$dst.int8-file.log" "$work/int8-method.toml: quant.method does nothing for recipe w8a8-int8"
   fi
   [ ! -e "$dst" ] || [ -z "$(ls -A "$dst")" ] || fail "unknown keys: output was written"
   echo "ok: unknown keys: $(grep -m1 'error' "$dst.set.log"); $(grep -m1 'error' "$dst.file.log")"
