@@ -153,6 +153,12 @@ expect_exit empty-checkpoint 2 "--checkpoint: must not be empty" run "$work/job-
 expect_exit empty-verify-dst 2 "--dst: must not be empty" verify --src "$work/src" --dst "" "$work/job-dst.toml"
 expect_exit empty-status 2 "checkpoint: must not be empty" status ""
 [[ ! -e $work/job-dst && ! -e $work/o-empty ]] || fail "a run with an empty path wrote an output"
+# A mistyped ignore entry would leave the module it meant INT8: refused before any work.
+expect_exit ignore-typo 1 "quant.ignore entry 'attn.wkvv' matches no linear, though the source has attn linears (" \
+  run "$work/job-dst.toml" --src "$work/src" --dst "$work/o-typo" --set 'quant.ignore=["vision.", "aligner.",
+  "attn.compressor.wkv", "attn.compressor.wgate", "attn.indexer.weights_proj", "attn.indexer.wk", "attn.wq_a",
+  "attn.wkvv", "attn.wo_a", "engram.wkv"]'
+[[ ! -e $work/o-typo ]] || fail "a run with a mistyped ignore entry wrote an output"
 [ ! -e "$work/f-neg" ] && [ ! -e "$work/f-preset" ] || fail "a refused fixture made its folder"
 expect_exit fixture-not-empty 1 "$work/src is not empty" fixture --out "$work/src"
 expect_exit study-sample 1 "--sample 5: layer 1 has 24 hash columns" study --src "$work/src" --layer 1 --sample 5 --methods rtn

@@ -312,13 +312,22 @@ TEST(W8a8Plan, UnscaledLinearOutsideTheIgnoreListRefused) {
   EXPECT_EQ(copied->source, EntrySource::copy);
   EXPECT_EQ(copied->spec.dtype, Dtype::BF16);
 
-  params.ignore = {"attn.indexer.weights_proj", "attn.wo-a", "vision."}; // a typo, a module the model lacks
+  // Modules the model lacks altogether (the seed lists those of other variants) warn.
+  params.ignore = {"attn.indexer.weights_proj", "vision.", "aligner.proj"};
   const RecipePlan warned = W8a8Int8Recipe().plan({params, view, nullptr, {}, {}});
   ASSERT_EQ(warned.warnings.size(), 2u);
-  EXPECT_THAT(warned.warnings[0], HasSubstr("quant.ignore entry 'attn.wo-a' matches no linear"));
-  EXPECT_THAT(warned.warnings[1], HasSubstr("quant.ignore entry 'vision.' matches no linear"));
-  EXPECT_EQ(warned.notes.at("ignore_unmatched"), (nlohmann::ordered_json{"attn.wo-a", "vision."}));
+  EXPECT_THAT(warned.warnings[0], HasSubstr("quant.ignore entry 'vision.' matches no linear of the source: this model has "
+                                            "no vision module"));
+  EXPECT_THAT(warned.warnings[1], HasSubstr("quant.ignore entry 'aligner.proj' matches no linear"));
+  EXPECT_EQ(warned.notes.at("ignore_unmatched"), (nlohmann::ordered_json{"vision.", "aligner.proj"}));
   EXPECT_TRUE(plan.warnings.empty()) << plan.warnings.front();
+
+  // A typo in a family the model has would leave the module it meant INT8: refused, with
+  // the family's linear kinds.
+  params.ignore = {"attn.indexer.weights_proj", "attn.wq-b", "vision."};
+  const std::string typo = plan_error(params, view);
+  EXPECT_THAT(typo, HasSubstr("quant.ignore entry 'attn.wq-b' matches no linear, though the source has attn linears "
+                              "(attn.indexer.weights_proj, attn.wq_b): a typo?"));
 
   params.ignore = {"attn.wq_a"};
   const std::string outside = plan_error(params, view);
