@@ -18,6 +18,7 @@
 #include "pipeline/io/config.h"
 #include "pipeline/io/index.h"
 #include "pipeline/plan.h"
+#include "pipeline/run_lock.h"
 #include "pipeline/work.h"
 
 namespace shardq {
@@ -117,7 +118,7 @@ ChunkProgress print_chunks(const CheckpointState& s) {
   return total;
 }
 
-void print_rates(const CheckpointState& s, const ChunkProgress& total, bool files_missing) {
+void print_rates(const CheckpointState& s, const ChunkProgress& total, bool files_missing, bool running) {
   fmt::print("elapsed: {}\n", duration(s.elapsed_seconds));
   const double chunk_rate = total.chunk_seconds > 0 ? double(total.rows_done) / total.chunk_seconds : 0;
   const double wall_rate = s.elapsed_seconds > 0 ? double(total.rows_done) / s.elapsed_seconds : 0;
@@ -128,7 +129,8 @@ void print_rates(const CheckpointState& s, const ChunkProgress& total, bool file
   else if (remaining == 0)
     fmt::print("eta: done\n");
   else if (wall_rate > 0)
-    fmt::print("eta: {} ({} rows left at the wall rate)\n", duration(double(remaining) / wall_rate), remaining);
+    fmt::print("eta: {}{} ({} rows left at the wall rate)\n", running ? "" : "not running; once resumed, ",
+               duration(double(remaining) / wall_rate), remaining);
   else
     fmt::print("eta: unknown ({} rows left, no rate yet)\n", remaining);
 }
@@ -215,10 +217,12 @@ int cmd_status(const StatusArgs& args) {
   }
   if (!loaded) throw PipelineError("no checkpoint at " + path + " (nor " + path + ".prev)");
   print_header(path, *loaded);
+  const RunActivity activity = run_activity(path + ".lock");
+  fmt::print("run: {}\n", activity.line);
   print_stages(loaded->state);
   const ChunkProgress total = print_chunks(loaded->state);
   const std::vector<std::string> missing = missing_finished_files(loaded->state);
-  print_rates(loaded->state, total, !missing.empty());
+  print_rates(loaded->state, total, !missing.empty(), activity.running);
   print_ranks(path);
   print_finished(loaded->state, missing);
   std::fflush(stdout);

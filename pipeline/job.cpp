@@ -165,13 +165,21 @@ std::string Job::input_scales_folder() const {
 }
 
 std::string Job::canonical() const {
+  // Only what the job's recipe reads: w8a8-int8 has no method, and naming the default one
+  // in its checkpoint (`status`) would say it ran one.
+  const std::vector<std::string_view> read = make_recipe(recipe)->quant_keys();
+  const auto reads = [&](std::string_view key) { return std::ranges::find(read, key) != read.end(); };
+  std::string text = "recipe=" + recipe;
+  if (reads("method")) text += ";method=" + method;
   // rows_per_chunk is part of it: a checkpoint's chunk records only fit its own chunking.
-  std::string text = fmt::format("recipe={};method={};rows_per_chunk={}", recipe, method, rows_per_chunk);
-  if (uses_mse()) text += fmt::format(";mse_candidates={};mse_alpha_min={:.17g}", mse_candidates, mse_alpha_min);
-  if (uses_gptq()) text += fmt::format(";gptq_damp={:.17g};gptq_block={}", gptq_damp, gptq_block);
+  text += fmt::format(";rows_per_chunk={}", rows_per_chunk);
+  if (reads("mse_candidates") && uses_mse()) text += fmt::format(";mse_candidates={};mse_alpha_min={:.17g}", mse_candidates, mse_alpha_min);
+  if (reads("gptq_damp") && uses_gptq()) text += fmt::format(";gptq_damp={:.17g};gptq_block={}", gptq_damp, gptq_block);
   // The recipe keys: a resume with another value must not be accepted. The reference's
   // headers and imported values enter the fingerprint through the recipe.
-  text += fmt::format(";keep_mtp={};ignore=[{}];input_scales_from={}", keep_mtp, fmt::join(ignore, ","), input_scales_folder());
+  if (reads("keep_mtp")) text += fmt::format(";keep_mtp={}", keep_mtp);
+  if (reads("ignore")) text += fmt::format(";ignore=[{}]", fmt::join(ignore, ","));
+  if (reads("input_scales_from")) text += ";input_scales_from=" + input_scales_folder();
   return text;
 }
 

@@ -369,6 +369,18 @@ void release_lock_file(const HeldLock& lock) {
 
 } // namespace
 
+RunActivity run_activity(const fs::path& lock_file) {
+  const auto seen = read_lock_file(lock_file);
+  if (!seen) return {false, "not running (no run holds " + lock_file.string() + ")"};
+  const auto holder = parse_lock(seen->text);
+  const LockVerdict verdict = judge_file(*seen, time(nullptr), this_host());
+  if (verdict.stale) {
+    return {false, fmt::format("not running: the run that holds {} is gone ({}; {}); the next run takes it over",
+                               lock_file.string(), describe(holder), verdict.reason)};
+  }
+  return {true, fmt::format("running: {}; {}", describe(holder), verdict.reason)};
+}
+
 RunLock::RunLock(const fs::path& dst, const fs::path& checkpoint) {
   const fs::path own_folder = dst / ".shardq";
   fs::create_directories(own_folder);

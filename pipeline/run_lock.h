@@ -101,6 +101,15 @@ struct HeldLock {
   ino_t inode = 0;
 };
 
+// Whether a run holds the lock file `lock_file` (a checkpoint's <checkpoint>.lock), for
+// `status`: a line naming the holder and its last heartbeat, or saying none runs. Reads
+// only; a holder on another host is judged by this machine's clock.
+struct RunActivity {
+  bool running = false;
+  std::string line;
+};
+RunActivity run_activity(const std::filesystem::path& lock_file);
+
 class RunLock {
  public:
   // Takes the lock of `dst` (creating <dst>/.shardq) and the checkpoint's (<checkpoint>.lock,

@@ -14,7 +14,10 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "pipeline/checkpoint.h"
+#include "pipeline/run_lock.h"
 
 using namespace shardq;
 namespace fs = std::filesystem;
@@ -31,6 +34,18 @@ std::string slurp(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+std::string boot_id_here() {
+  std::string id = slurp("/proc/sys/kernel/random/boot_id");
+  while (!id.empty() && id.back() == '\n') id.pop_back();
+  return id;
 }
 
 class CliStatusTest : public ::testing::Test {
@@ -97,9 +112,31 @@ TEST_F(CliStatusTest, PrintsProgressOfASavedCheckpoint) {
   EXPECT_NE(o.out.find("3/10 chunks  30.0%  300/950 rows"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("rows/s: 50 per chunk-second"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find(", 30 wall"), std::string::npos) << o.out;
-  // 650 rows left at 30 rows/s = 21.67 s.
-  EXPECT_NE(o.out.find("eta: 0h00m21s"), std::string::npos) << o.out;
+  // 650 rows left at 30 rows/s = 21.67 s; no run holds the checkpoint's lock.
+  EXPECT_NE(o.out.find("run: not running (no run holds " + path_.string() + ".lock)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("eta: not running; once resumed, 0h00m21s"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("finished: config"), std::string::npos) << o.out;
+}
+
+// While a run holds the checkpoint's lock, status names it and gives a plain ETA; a lock
+// its holder left behind (a killed run) is called gone.
+TEST_F(CliStatusTest, SaysWhetherARunHoldsTheCheckpoint) {
+  save_checkpoint(path_, three_of_ten_done());
+  {
+    const RunLock lock(dir_ / "dst", path_);
+    const Outcome o = status(path_);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_NE(o.out.find(fmt::format("run: running: host {}, pid {}, since ", this_host_name(), ::getpid())),
+              std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("eta: 0h00m21s"), std::string::npos) << o.out;
+  }
+  // A dead holder on this host: a pid that cannot be running (above pid_max).
+  std::ofstream(path_.string() + ".lock") << format_lock({this_host_name(), 99999999, 1, boot_id_here(), "then"});
+  const Outcome gone = status(path_);
+  EXPECT_NE(gone.out.find("run: not running: the run that holds " + path_.string() + ".lock is gone (host "),
+            std::string::npos) << gone.out;
+  EXPECT_NE(gone.out.find("pid 99999999 is not running"), std::string::npos) << gone.out;
+  EXPECT_NE(gone.out.find("eta: not running; once resumed"), std::string::npos) << gone.out;
 }
 
 // A W8A8 task of 240 stacked linears of 32 rows, one chunk of 32 task rows, done in 2 s:
