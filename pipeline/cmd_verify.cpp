@@ -48,13 +48,20 @@ struct AuditReaders {
 // Checks grouped by what they check; failures print at once, the table at the end.
 class Audit {
  public:
+  // Failures listed per category: a wrong --src fails every tensor, and the first lines
+  // and the table say it better than thousands.
+  static constexpr uint64_t kListedFailures = 20;
   void check(const std::string& category, bool ok, const std::string& what, const std::string& detail) {
     Category& c = category_(category);
     ++c.checked;
     if (ok) return;
     ++c.failed;
     ++failed_;
-    std::printf("FAIL  %s%s%s\n", what.c_str(), detail.empty() ? "" : ": ", detail.c_str());
+    if (c.failed <= kListedFailures) {
+      std::printf("FAIL  %s%s%s\n", what.c_str(), detail.empty() ? "" : ": ", detail.c_str());
+    } else if (c.failed == kListedFailures + 1) {
+      std::printf("FAIL  ... more of '%s' not listed (the table counts them)\n", category.c_str());
+    }
   }
   void note(const std::string& category, const std::string& figure) { category_(category).figure = figure; }
   int failed() const { return failed_; }
@@ -374,6 +381,21 @@ void check_made_by_job(const Job& job, const nlohmann::ordered_json& report, Aud
   audit.check("made by this job", differences.empty(), report_file_of(job.recipe), fmt::format("{}", fmt::join(differences, "; ")));
 }
 
+// The source bytes the report records (0.3.1 on) against those of --src: another source
+// is said once, before the per-tensor failures it brings.
+void check_made_from_source(const Plan& plan, const nlohmann::ordered_json& report, Audit& audit) {
+  if (!report.contains("source")) return; // a report of 0.3.0 records none
+  const auto& recorded = report["source"];
+  const std::string headers = recorded.value("headers_digest", std::string());
+  const std::string sample = recorded.value("sample_digest", std::string());
+  const std::string here_headers = fingerprint_value(plan, "source_headers");
+  const std::string here_sample = fingerprint_value(plan, "source_sample");
+  audit.check("made from this source", headers == here_headers && sample == here_sample, plan.src.string(),
+              fmt::format("the report records another source (headers digest {}, sample digest {}; here {}, {}): the "
+                          "output was made from other bytes, or this --src changed since",
+                          headers, sample, here_headers, here_sample));
+}
+
 // Index closed: every shard it names is present and whole (its header matches its size),
 // every tensor of every shard is named once, in the shard that holds it, and the folder
 // holds no other .safetensors file.
@@ -646,6 +668,7 @@ int cmd_verify(const VerifyArgs& args) {
   const nlohmann::ordered_json report = io::read_json_object(std::filesystem::path(args.dst) / report_file_of(job.recipe));
   const Plan plan = make_plan(job, 1);
   Audit audit;
+  check_made_from_source(plan, report, audit);
   if (!args.job_file.empty()) check_made_by_job(job, report, audit);
   AuditReaders readers{io::ShardReaders(plan.src), io::ShardReaders(plan.dst)};
   verify_index(plan, readers, audit);

@@ -363,6 +363,13 @@ CheckpointView read_checkpoint_view(io::ShardReaders& readers, io::ShardIndex* i
   return view;
 }
 
+std::string fingerprint_value(const Plan& plan, std::string_view field) {
+  for (const auto& [name, value] : plan.fingerprint) {
+    if (name == field) return value;
+  }
+  return "";
+}
+
 Plan make_plan(const Job& job, int ranks) {
   Plan plan;
   plan.job = job;

@@ -107,6 +107,9 @@ std::vector<std::string> files_of_finished_step(std::string_view step, std::span
 // The side files of this plan's recipe (hf_quant_config.json for nvfp4-1017).
 std::vector<std::string> side_file_names(const Plan& plan);
 
+// A field of the plan's fingerprint ("source_headers", ...); "" when it has none.
+std::string fingerprint_value(const Plan& plan, std::string_view field);
+
 // The output index.
 io::ShardIndex output_index(const Plan& plan);
 // Its text, as the output folder's model.safetensors.index.json holds it.

@@ -26,6 +26,10 @@ nlohmann::ordered_json build_report(const Plan& plan, const CheckpointState& sta
   nlohmann::ordered_json report;
   report["product"] = std::string(plan.recipe->name());
   report["tool_version"] = SHARDQ_VERSION;
+  // What it was made from, content not path (a copy elsewhere is the same source): verify
+  // says in one line that an output was made from other bytes.
+  report["source"] = {{"headers_digest", fingerprint_value(plan, "source_headers")},
+                      {"sample_digest", fingerprint_value(plan, "source_sample")}};
   const auto totals = task_totals(plan, state);
   const nlohmann::ordered_json section = plan.recipe->report(plan.recipe_plan, plan.params, totals);
   for (const auto& [key, value] : section.items()) report[key] = value;

@@ -14,7 +14,8 @@
 #  5. one row's weight_scale NaN, or +inf (codes unchanged);
 #  6. a .safetensors file in the folder that the index does not name;
 #  7. a report whose figures are not the output's: one all-zero row more for a kind, and
-#     another kind's rel RMS error.
+#     another kind's rel RMS error;
+#  8. verify given another source: said in one line, each check's failures listed up to 20.
 # Every case runs; those verify does not fail as it should are listed at the end.
 # The good output itself verifies (OK) first, so each failure is the doctoring's.
 # shellcheck source=lib.sh
@@ -142,6 +143,25 @@ json.dump(report, open(path, "w"), indent=2)
 PY
 expect_fail report-zero-rows "$WORK/report" "W8A8 report figures" "int8 ffn.experts.w2 all_zero_rows: report"
 expect_fail report-error "$WORK/report" "W8A8 report figures" "int8 attn.wq_b rel_rms_error: report"
+
+# 8. Another source (the fixture of another seed): the first check says so in one line,
+#    and no check lists more than its first 20 failures (the table counts them all).
+"$SHARDQ_BIN" fixture --preset dsv41-mini --out "$WORK/src-other" --engram-vocab 600 --seed 7 >/dev/null
+rc=0
+"$SHARDQ_BIN" verify --src "$WORK/src-other" --dst "$WORK/good" "$JOBINT8" >"$WORK/verify-other-source.log" 2>&1 || rc=$?
+if ((rc == 0)); then
+  problem other-source "verify passed"
+elif ! grep -q "^FAIL  $WORK/src-other: the report records another source" "$WORK/verify-other-source.log"; then
+  problem other-source "no FAIL line saying the source is another"
+elif ! grep -Eq "^made from this source +1 +1" "$WORK/verify-other-source.log"; then
+  problem other-source "the table row 'made from this source' counts no failure"
+else
+  listed=$(grep -c '^FAIL  ' "$WORK/verify-other-source.log")
+  counted=$(sed -nE 's/^FAILED: ([0-9]+) check\(s\) failed$/\1/p' "$WORK/verify-other-source.log")
+  cut=$(grep -c "^FAIL  \.\.\. more of '" "$WORK/verify-other-source.log")
+  ((cut >= 1 && counted > listed)) || problem other-source "$listed FAIL lines for $counted failures, $cut lists cut"
+  echo "other-source: $(grep -m1 '^FAIL  ' "$WORK/verify-other-source.log" | cut -c1-160); $listed lines for $counted failures"
+fi
 
 # The good output was never written through.
 "$SHARDQ_BIN" verify --src "$WORK/src" --dst "$WORK/good" "$JOBINT8" >"$WORK/verify-good-again.log" ||
