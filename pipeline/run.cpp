@@ -231,7 +231,6 @@ void check_no_run_without_checkpoint(const Plan& plan, const std::filesystem::pa
   }
 }
 
-// Whether every file linked from the source is in dst.
 // The first shard of the plan that dst lacks, or "": a report beside missing shards is an
 // output damaged since, not a complete one.
 std::string first_missing_shard(const Plan& plan) {
@@ -241,6 +240,7 @@ std::string first_missing_shard(const Plan& plan) {
   return "";
 }
 
+// Whether every file linked from the source is in dst.
 bool links_present(const Plan& plan) {
   return std::ranges::all_of(linked_files(plan), [&](const std::string& file) { return std::filesystem::exists(plan.dst / file); });
 }

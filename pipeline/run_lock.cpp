@@ -375,8 +375,12 @@ RunActivity run_activity(const fs::path& lock_file) {
   const auto holder = parse_lock(seen->text);
   const LockVerdict verdict = judge_file(*seen, time(nullptr), this_host());
   if (verdict.stale) {
-    return {false, fmt::format("not running: the run that holds {} is gone ({}; {}); the next run takes it over",
-                               lock_file.string(), describe(holder), verdict.reason)};
+    // Another host's run is judged by its heartbeat's age on this machine's clock, which
+    // on NFS may run ahead of the file system's: the next run judges by the latter.
+    const bool here = holder && holder->host == host_name();
+    return {false, fmt::format("not running: the run that holds {} {} ({}; {}); the next run takes it over",
+                               lock_file.string(), here ? "is gone" : "looks gone by this machine's clock",
+                               describe(holder), verdict.reason)};
   }
   return {true, fmt::format("running: {}; {}", describe(holder), verdict.reason)};
 }

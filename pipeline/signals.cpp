@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <ctime>
 #include <string>
@@ -16,7 +17,7 @@ namespace shardq {
 namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
-// When the first stop arrived (CLOCK_MONOTONIC, ns). Signals within kSameStop of it are the
+// When the first stop arrived (CLOCK_MONOTONIC, ns). Signals within kSameStopNs of it are the
 // same stop delivered twice: GNU `timeout` signals its child and then its whole process
 // group, the child included, and a launcher may pass on a signal the ranks also got.
 std::atomic<int64_t> g_first_stop_ns{0};
@@ -49,13 +50,20 @@ int64_t monotonic_ns() { // async-signal-safe: clock_gettime
 }
 
 void on_stop_signal(int signal) {
+  const int saved_errno = errno; // the interrupted code may be about to read it
   const int64_t now = monotonic_ns();
-  if (g_stop_signal == 0) {
-    g_first_stop_ns = now;
+  // Two signals may be handled at once on two threads: the first to set the time is the
+  // first stop, and the other reads that time, never a zero.
+  int64_t first = 0;
+  if (g_first_stop_ns.compare_exchange_strong(first, now)) {
     g_stop_signal = signal;
+    errno = saved_errno;
     return;
   }
-  if (now - g_first_stop_ns < kSameStopNs) return;
+  if (now - first < kSameStopNs) {
+    errno = saved_errno;
+    return;
+  }
   static constexpr char kLine[] =
       "shardq: a second stop signal: exiting at once, without the final checkpoint save; "
       "run the same command to resume from the last save\n";

@@ -205,7 +205,7 @@ report_lost_hosts() {
 on_stop() {
   stopped_by_user=$((stopped_by_user + 1))
   if ((stopped_by_user == 1)); then
-    log "stopping: the ranks finish their chunks and checkpoint (Ctrl-C again stops them at once)"
+    log "stopping: the ranks finish their chunks and checkpoint (Ctrl-C again, a second or more later, stops them at once)"
   fi
   [ -n "$mpirun_pid" ] && kill -USR1 "$mpirun_pid" 2>/dev/null
 }

@@ -94,14 +94,9 @@ void refuse_unquantizable_linear(const CheckpointView& source, const SourceTenso
                           "quant.ignore to keep it as it is (BF16)");
 }
 
-// The module family an ignore entry names: its first component with the dot after it
-// ("attn." of "attn.wkv"), matching whole components only.
-std::string ignore_family(std::string_view entry) { return std::string(entry.substr(0, entry.find('.'))) + '.'; }
-
-// Which ignore entries matched a linear of one shard: an entry that matches nothing in the
-// whole source is a typo, which would quantize the module it meant, when the source has
-// linears of its family (ignore_family), else a module of another variant of the model (the
-// seed's `vision.`). Entries already matched are not tried again.
+// Which ignore entries matched a linear of one shard; one that matches no linear in the
+// whole source may be a typo (refuse_mistyped_ignore_entry). Entries already matched are
+// not tried again.
 struct IgnoreUse {
   std::vector<char> matched;
   void note(std::string_view module, const std::vector<std::string>& ignore) {
@@ -233,16 +228,29 @@ void module_kind(std::string_view module, std::string& kind) {
 
 namespace {
 
-// An ignore entry that matches no linear while the source has linears of its family:
-// refused, listing the family's linear kinds (the entry meant one of them). An entry that
-// is its own family ("vision.") has none, or it would have matched. Only entries that
-// matched nothing come here: the scan of every tensor is not paid by a job without them.
-void refuse_mistyped_ignore_entry(const CheckpointView& source, const std::string& entry, const std::string& family) {
+// The module family an ignore entry names: the first component of its kind (layer and
+// expert numbers and a leading "layers" dropped: "attn." of "layers.61.attn.wq_a"), with
+// the dot after it, matching whole components only.
+std::string ignore_family(std::string_view entry) {
+  std::string kind;
+  module_kind(entry, kind);
+  return kind.substr(0, kind.find('.')) + '.';
+}
+
+// An ignore entry that matches no linear while the source has linears of its family, and
+// no other tensor either, names a module that is not there: a typo, or a layer the model
+// lacks. Refused, listing the family's linear kinds (the entry meant one of them). Not
+// refused: an entry that is its own family ("vision.", which would have matched were any
+// of it there), or one naming tensors that are not linears ("ffn.gate", copied anyway).
+// Only entries that matched no linear come here: a job without them pays no scan.
+void refuse_mistyped_ignore_entry(const CheckpointView& source, const std::string& entry) {
+  const std::string family = ignore_family(entry);
   if (family == entry) return;
   constexpr size_t kListed = 12;
   std::set<std::string> kinds;
   std::string kind;
   for (const SourceTensor& tensor : source.tensors) {
+    if (matches_components(tensor.spec.name, entry)) return;
     const auto module = linear_module_by_name(tensor.spec.name);
     if (!module || !matches_components(*module, family)) continue;
     module_kind(*module, kind);
@@ -250,9 +258,9 @@ void refuse_mistyped_ignore_entry(const CheckpointView& source, const std::strin
   }
   if (kinds.empty()) return;
   std::vector<std::string> listed(kinds.begin(), std::next(kinds.begin(), long(std::min(kinds.size(), kListed))));
-  throw StageError(fmt::format("quant.ignore entry '{}' matches no linear, though the source has {} linears ({}{}): a "
-                               "typo? It would leave the module it meant INT8 (an entry for a module this model lacks "
-                               "altogether, such as 'vision.', only warns)",
+  throw StageError(fmt::format("quant.ignore entry '{}' matches no tensor of the source, though it has {} linears "
+                               "({}{}): a typo, or a layer the model does not have? It would leave the module it meant "
+                               "INT8 (an entry for a module this model lacks altogether, such as 'vision.', only warns)",
                                entry, family.substr(0, family.size() - 1), fmt::join(listed, ", "),
                                kinds.size() > kListed ? ", ..." : ""));
 }
@@ -345,11 +353,10 @@ RecipePlan W8a8Int8Recipe::plan(const RecipeInputs& inputs) const {
     const bool used = std::ranges::any_of(ignore_uses, [&](const IgnoreUse& use) { return use.matched[i] != 0; });
     if (used) continue;
     const std::string& entry = inputs.params.ignore[i];
-    const std::string family = ignore_family(entry);
-    refuse_mistyped_ignore_entry(source, entry, family);
+    refuse_mistyped_ignore_entry(source, entry);
     plan.notes["ignore_unmatched"].push_back(entry);
-    plan.warnings.push_back(fmt::format("quant.ignore entry '{}' matches no linear of the source: this model has no "
-                                        "{} module", entry, family.substr(0, family.size() - 1)));
+    plan.warnings.push_back(fmt::format("quant.ignore entry '{}' matches no linear of the source (a module this "
+                                        "model does not have, or tensors that are not linears)", entry));
   }
   return plan;
 }

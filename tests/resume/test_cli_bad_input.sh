@@ -154,7 +154,7 @@ expect_exit empty-verify-dst 2 "--dst: must not be empty" verify --src "$work/sr
 expect_exit empty-status 2 "checkpoint: must not be empty" status ""
 [[ ! -e $work/job-dst && ! -e $work/o-empty ]] || fail "a run with an empty path wrote an output"
 # A mistyped ignore entry would leave the module it meant INT8: refused before any work.
-expect_exit ignore-typo 1 "quant.ignore entry 'attn.wkvv' matches no linear, though the source has attn linears (" \
+expect_exit ignore-typo 1 "quant.ignore entry 'attn.wkvv' matches no tensor of the source, though it has attn linears (" \
   run "$work/job-dst.toml" --src "$work/src" --dst "$work/o-typo" --set 'quant.ignore=["vision.", "aligner.",
   "attn.compressor.wkv", "attn.compressor.wgate", "attn.indexer.weights_proj", "attn.indexer.wk", "attn.wq_a",
   "attn.wkvv", "attn.wo_a", "engram.wkv"]'

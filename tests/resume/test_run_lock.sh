@@ -8,8 +8,9 @@
 #     another host with no heartbeat for over 60 s are taken over with a warning, and the
 #     run completes to the same bytes; another host's lock with a fresh heartbeat is
 #     refused, saying in how many seconds it would be stale;
-#   - the lock is gone after a complete run, and after a double stop signal (exit 75 at
-#     once, without the last flush); the next run then says nothing of a stale lock.
+#   - the lock is gone after a complete run, and after a second stop signal 1.5 s after
+#     the first (exit 75 at once, without the last flush); the next run then says nothing
+#     of a stale lock. Two signals at once are one stop, flushed.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || { echo "no mpirun"; exit 77; }
 
@@ -136,7 +137,7 @@ echo "live_host: $line"
 
 # 3. Two signals at once (GNU `timeout` signals the process and then its group) are one
 #    stop: flushed, exit 75. A second one 1.5 s later exits at once, saying so, and still
-#    removes the lock (the chunk in its 3 s test delay keeps the first stop from ending
+#    removes the lock (the chunk in its 10 s test delay keeps the first stop from ending
 #    before it).
 # shellcheck disable=SC2046,SC2091 # the command line of lib.sh, split into words
 SHARDQ_TEST_CHUNK_DELAY_MS=40 $(shardq_cmd 0 "$JOB" "${COMMON[@]}" --dst "$WORK/together") >"$WORK/together.log" 2>&1 &
@@ -155,11 +156,11 @@ same_output "$REF" "$WORK/together"
 echo "SIGTERM and SIGINT at once: one stop, flushed, exit 75, rerun to the same bytes"
 
 # shellcheck disable=SC2046,SC2091 # the command line of lib.sh, split into words
-SHARDQ_TEST_CHUNK_DELAY_MS=3000 SHARDQ_LOG=debug $(shardq_cmd 0 "$JOB" "${COMMON[@]}" --dst "$WORK/twice") >"$WORK/twice.log" 2>&1 &
+SHARDQ_TEST_CHUNK_DELAY_MS=10000 SHARDQ_LOG=debug $(shardq_cmd 0 "$JOB" "${COMMON[@]}" --dst "$WORK/twice") >"$WORK/twice.log" 2>&1 &
 twice=$!
 STARTED_PIDS+=("$twice")
-wait_for_log "$WORK/twice.log" "$twice" "assign"
-sleep 0.5 # the first chunks computed, in their delay
+wait_for_log "$WORK/twice.log" "$twice" "assign 2 task" # an encode item (reductions have no delay)
+sleep 0.5 # computed, in its delay
 kill -TERM "$twice"
 sleep 1.5
 kill -INT "$twice"

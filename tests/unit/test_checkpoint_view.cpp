@@ -312,22 +312,25 @@ TEST(W8a8Plan, UnscaledLinearOutsideTheIgnoreListRefused) {
   EXPECT_EQ(copied->source, EntrySource::copy);
   EXPECT_EQ(copied->spec.dtype, Dtype::BF16);
 
-  // Modules the model lacks altogether (the seed lists those of other variants) warn.
-  params.ignore = {"attn.indexer.weights_proj", "vision.", "aligner.proj"};
+  // Modules the model lacks altogether (the seed lists those of other variants) and
+  // tensors that are not linears (the router gate, copied anyway) warn.
+  params.ignore = {"attn.indexer.weights_proj", "vision.", "aligner.proj", "ffn.gate"};
   const RecipePlan warned = W8a8Int8Recipe().plan({params, view, nullptr, {}, {}});
-  ASSERT_EQ(warned.warnings.size(), 2u);
-  EXPECT_THAT(warned.warnings[0], HasSubstr("quant.ignore entry 'vision.' matches no linear of the source: this model has "
-                                            "no vision module"));
+  ASSERT_EQ(warned.warnings.size(), 3u);
+  EXPECT_THAT(warned.warnings[0], HasSubstr("quant.ignore entry 'vision.' matches no linear of the source (a module"));
   EXPECT_THAT(warned.warnings[1], HasSubstr("quant.ignore entry 'aligner.proj' matches no linear"));
-  EXPECT_EQ(warned.notes.at("ignore_unmatched"), (nlohmann::ordered_json{"vision.", "aligner.proj"}));
+  EXPECT_THAT(warned.warnings[2], HasSubstr("quant.ignore entry 'ffn.gate' matches no linear"));
+  EXPECT_EQ(warned.notes.at("ignore_unmatched"), (nlohmann::ordered_json{"vision.", "aligner.proj", "ffn.gate"}));
   EXPECT_TRUE(plan.warnings.empty()) << plan.warnings.front();
 
-  // A typo in a family the model has would leave the module it meant INT8: refused, with
-  // the family's linear kinds.
-  params.ignore = {"attn.indexer.weights_proj", "attn.wq-b", "vision."};
-  const std::string typo = plan_error(params, view);
-  EXPECT_THAT(typo, HasSubstr("quant.ignore entry 'attn.wq-b' matches no linear, though the source has attn linears "
-                              "(attn.indexer.weights_proj, attn.wq_b): a typo?"));
+  // A typo in a family the model has, or a layer it lacks, would leave the module it
+  // meant INT8: refused, with the family's linear kinds.
+  for (const std::string entry : {"attn.wq-b", "layers.7.attn.wq_b"}) {
+    params.ignore = {"attn.indexer.weights_proj", entry, "vision."};
+    EXPECT_THAT(plan_error(params, view), HasSubstr("quant.ignore entry '" + entry + "' matches no tensor of the source, "
+                                                    "though it has attn linears (attn.indexer.weights_proj, attn.wq_b): a "
+                                                    "typo, or a layer the model does not have?"));
+  }
 
   params.ignore = {"attn.wq_a"};
   const std::string outside = plan_error(params, view);
