@@ -18,8 +18,11 @@
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/run_lock.h"
+#include "host_test_util.h"
 
 using namespace shardq;
+using shardq::test::this_boot_id;
+using shardq::test::this_host_name;
 namespace fs = std::filesystem;
 
 namespace {
@@ -34,18 +37,6 @@ std::string slurp(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-std::string this_host_name() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  return name;
-}
-
-std::string boot_id_here() {
-  std::string id = slurp("/proc/sys/kernel/random/boot_id");
-  while (!id.empty() && id.back() == '\n') id.pop_back();
-  return id;
 }
 
 class CliStatusTest : public ::testing::Test {
@@ -131,7 +122,7 @@ TEST_F(CliStatusTest, SaysWhetherARunHoldsTheCheckpoint) {
     EXPECT_NE(o.out.find("eta: 0h00m21s"), std::string::npos) << o.out;
   }
   // A dead holder on this host: a pid that cannot be running (above pid_max).
-  std::ofstream(path_.string() + ".lock") << format_lock({this_host_name(), 99999999, 1, boot_id_here(), "then"});
+  std::ofstream(path_.string() + ".lock") << format_lock({this_host_name(), 99999999, 1, this_boot_id(), "then"});
   const Outcome gone = status(path_);
   EXPECT_NE(gone.out.find("run: not running: the run that holds " + path_.string() + ".lock is gone (host "),
             std::string::npos) << gone.out;

@@ -16,8 +16,11 @@
 
 #include "pipeline/pipeline_error.h"
 #include "pipeline/run_lock.h"
+#include "host_test_util.h"
 
 using namespace shardq;
+using shardq::test::this_boot_id;
+using shardq::test::this_host_name;
 namespace fs = std::filesystem;
 using std::chrono::seconds;
 
@@ -50,17 +53,6 @@ uint64_t inode_of(const fs::path& path) {
   return info.st_ino;
 }
 
-std::string this_host_name() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  return name;
-}
-
-std::string this_boot_id() {
-  std::string id = read_file("/proc/sys/kernel/random/boot_id");
-  while (!id.empty() && id.back() == '\n') id.pop_back();
-  return id;
-}
 
 class RunLockFolder : public ::testing::Test {
  protected:
