@@ -17,6 +17,7 @@
 #include "pipeline/commands.h"
 #include "pipeline/io/config.h"
 #include "pipeline/io/index.h"
+#include "pipeline/pipeline_error.h"
 #include "pipeline/plan.h"
 #include "pipeline/run_lock.h"
 #include "pipeline/work.h"
@@ -217,7 +218,12 @@ int cmd_status(const StatusArgs& args) {
   }
   if (!loaded) throw PipelineError("no checkpoint at " + path + " (nor " + path + ".prev)");
   print_header(path, *loaded);
-  const RunActivity activity = run_activity(path + ".lock");
+  RunActivity activity{true, ""}; // unknown: the ETA as for a running one
+  try {
+    activity = run_activity(path + ".lock");
+  } catch (const PipelineError& e) { // status reports on the checkpoint whatever the lock says
+    activity.line = std::string("unknown: ") + e.what();
+  }
   fmt::print("run: {}\n", activity.line);
   print_stages(loaded->state);
   const ChunkProgress total = print_chunks(loaded->state);

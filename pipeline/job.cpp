@@ -56,13 +56,21 @@ void check_recipe_keys(const toml::table& root, const std::string& recipe, const
   }
 }
 
-// "section.key=value": the value is parsed as a TOML value, or taken as a string.
-void apply_override(toml::table& root, const std::string& assignment) {
+} // namespace
+
+bool is_override(std::string_view assignment) {
   const auto eq = assignment.find('=');
   const auto dot = assignment.find('.');
-  if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
-    throw PipelineError(fmt::format("--set '{}': expected section.key=value", assignment));
-  }
+  return eq != std::string_view::npos && dot != std::string_view::npos && dot > 0 && dot + 1 < eq;
+}
+
+namespace {
+
+// "section.key=value": the value is parsed as a TOML value, or taken as a string.
+void apply_override(toml::table& root, const std::string& assignment) {
+  if (!is_override(assignment)) throw PipelineError(fmt::format("--set '{}': expected section.key=value", assignment));
+  const auto eq = assignment.find('=');
+  const auto dot = assignment.find('.');
   const std::string section = assignment.substr(0, dot);
   const std::string key = assignment.substr(dot + 1, eq - dot - 1);
   const std::string text = assignment.substr(eq + 1);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardq {
@@ -43,6 +44,10 @@ struct Job {
   // The canonical text of every key that decides output bytes (the checkpoint fingerprint).
   std::string canonical() const;
 };
+
+// Whether `assignment` has the form of an override: "section.key=value", section and key
+// not empty (the value may be).
+bool is_override(std::string_view assignment);
 
 // Reads a job file, applies "section.key=value" overrides, validates; throws
 // PipelineError naming the file and key.

@@ -10,6 +10,7 @@
 
 #include "fixture/fixture.h"
 #include "pipeline/commands.h"
+#include "pipeline/job.h"
 #ifdef SHARDQ_MIMALLOC
 #include "pipeline/heap/mimalloc_reserve.h"
 #endif
@@ -34,6 +35,13 @@ void install_stop_signals_for_run(int argc, char** argv, char**) {
 const CLI::Validator kNotEmpty(
     [](const std::string& text) { return text.empty() ? std::string("must not be empty (an unset variable?)") : std::string(); },
     "PATH");
+
+// A malformed --set is a usage error (exit 2), as other malformed options are.
+const CLI::Validator kOverride(
+    [](const std::string& text) {
+      return shardq::is_override(text) ? std::string() : "expected section.key=value, not '" + text + "'";
+    },
+    "SECTION.KEY=VALUE");
 
 // Unsigned options are checked as text first: CLI11 would wrap "-5" round to 2^64 - 5.
 bool all_digits(const std::string& text) {
@@ -99,7 +107,9 @@ void add_run(CLI::App& app, shardq::RunArgs& args) {
   sub->add_option("--dst", args.dst, "output folder")->check(kNotEmpty);
   sub->add_option("--checkpoint", args.checkpoint, "checkpoint file")->check(kNotEmpty);
   // One value per --set, so that options may come before the job file.
-  sub->add_option("--set", args.overrides, "section.key=value override (repeatable)")->allow_extra_args(false);
+  sub->add_option("--set", args.overrides, "section.key=value override (repeatable)")
+      ->allow_extra_args(false)
+      ->check(kOverride);
   sub->add_flag("--force", args.force, "overwrite a complete output");
   sub->add_flag("--fresh", args.fresh, "start over, discarding the checkpoint");
   sub->add_flag("--verify-done", args.verify_done, "re-check finished chunks before skipping them");
@@ -117,7 +127,9 @@ void add_verify(CLI::App& app, shardq::VerifyArgs& args) {
   sub->add_option("--src", args.src)->required()->check(kNotEmpty);
   sub->add_option("--dst", args.dst)->required()->check(kNotEmpty);
   sub->add_option("job", args.job_file, "job TOML file")->check(kNotEmpty);
-  sub->add_option("--set", args.overrides, "section.key=value override, as given to run (repeatable)")->allow_extra_args(false);
+  sub->add_option("--set", args.overrides, "section.key=value override, as given to run (repeatable)")
+      ->allow_extra_args(false)
+      ->check(kOverride);
 }
 
 void add_study(CLI::App& app, shardq::StudyArgs& args) {

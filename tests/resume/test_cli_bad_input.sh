@@ -153,6 +153,9 @@ expect_exit empty-checkpoint 2 "--checkpoint: must not be empty" run "$work/job-
 expect_exit empty-verify-dst 2 "--dst: must not be empty" verify --src "$work/src" --dst "" "$work/job-dst.toml"
 expect_exit empty-status 2 "checkpoint: must not be empty" status ""
 [[ ! -e $work/job-dst && ! -e $work/o-empty ]] || fail "a run with an empty path wrote an output"
+# A malformed --set is a usage error, like any malformed option.
+expect_exit set-malformed 2 "--set: expected section.key=value, not '=x'" run "$work/job-dst.toml" --src "$work/src" --set =x
+expect_exit set-no-section 2 "--set: expected section.key=value, not 'foo=1'" verify --src "$work/src" --dst "$work/o-empty" --set foo=1
 # A mistyped ignore entry would leave the module it meant INT8: refused before any work.
 expect_exit ignore-typo 1 "quant.ignore entry 'attn.wkvv' matches no tensor of the source, though it has attn linears (" \
   run "$work/job-dst.toml" --src "$work/src" --dst "$work/o-typo" --set 'quant.ignore=["vision.", "aligner.",

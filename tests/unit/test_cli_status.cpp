@@ -128,6 +128,15 @@ TEST_F(CliStatusTest, SaysWhetherARunHoldsTheCheckpoint) {
             std::string::npos) << gone.out;
   EXPECT_NE(gone.out.find("pid 99999999 is not running"), std::string::npos) << gone.out;
   EXPECT_NE(gone.out.find("eta: not running; once resumed"), std::string::npos) << gone.out;
+
+  // A lock that cannot be read (a symlink loop) leaves the progress report whole.
+  fs::remove(path_.string() + ".lock");
+  fs::create_symlink(path_.filename().string() + ".lock", path_.string() + ".lock");
+  const Outcome unreadable = status(path_);
+  EXPECT_EQ(unreadable.exit_code, 0) << unreadable.err;
+  EXPECT_NE(unreadable.out.find("run: unknown: cannot read lock file " + path_.string() + ".lock"), std::string::npos)
+      << unreadable.out;
+  EXPECT_NE(unreadable.out.find("eta: 0h00m21s"), std::string::npos) << unreadable.out;
 }
 
 // A W8A8 task of 240 stacked linears of 32 rows, one chunk of 32 task rows, done in 2 s:
