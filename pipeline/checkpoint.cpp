@@ -128,10 +128,6 @@ std::string field_difference(const std::string& then, const std::string& now) {
   return "is " + then + " in the checkpoint but " + now + " now";
 }
 
-} // namespace
-
-namespace {
-
 // What a digest field stands for: its values alone are two hashes.
 std::string_view field_meaning(std::string_view field) {
   if (field == "source_headers") return " (a digest of the source's shard headers: another or a changed source)";

@@ -27,15 +27,17 @@ bool is_recipe(const std::string& name) {
   return std::find(recipes.begin(), recipes.end(), name) != recipes.end();
 }
 
+bool is_known_key(const std::string& section_key) {
+  return std::find(kKnownKeys.begin(), kKnownKeys.end(), section_key) != kKnownKeys.end();
+}
+
 void check_known_keys(const toml::table& root, const std::string& file) {
   for (const auto& [section, node] : root) {
     const auto* table = node.as_table();
     if (!table) throw PipelineError(fmt::format("{}: '{}' must be a [section]", file, section.str()));
     for (const auto& [key, value] : *table) {
       const std::string full = fmt::format("{}.{}", section.str(), key.str());
-      if (std::find(kKnownKeys.begin(), kKnownKeys.end(), full) == kKnownKeys.end()) {
-        throw PipelineError(fmt::format("{}: unknown key '{}'", file, full));
-      }
+      if (!is_known_key(full)) throw PipelineError(fmt::format("{}: unknown key '{}'", file, full));
     }
   }
 }
@@ -74,7 +76,7 @@ void apply_override(toml::table& root, const std::string& assignment) {
   const std::string section = assignment.substr(0, dot);
   const std::string key = assignment.substr(dot + 1, eq - dot - 1);
   const std::string text = assignment.substr(eq + 1);
-  if (std::find(kKnownKeys.begin(), kKnownKeys.end(), section + "." + key) == kKnownKeys.end()) {
+  if (!is_known_key(section + "." + key)) {
     throw PipelineError(fmt::format("--set '{}': unknown key '{}.{}'", assignment, section, key));
   }
   if (!root.contains(section)) root.insert(section, toml::table{});

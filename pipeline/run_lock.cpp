@@ -373,13 +373,14 @@ RunActivity run_activity(const fs::path& lock_file) {
   const auto seen = read_lock_file(lock_file);
   if (!seen) return {false, "not running (no run holds " + lock_file.string() + ")"};
   const auto holder = parse_lock(seen->text);
-  const LockVerdict verdict = judge_file(*seen, time(nullptr), this_host());
+  const LocalHost here = this_host();
+  const LockVerdict verdict = judge_file(*seen, time(nullptr), here);
   if (verdict.stale) {
     // Another host's run is judged by its heartbeat's age on this machine's clock, which
     // on NFS may run ahead of the file system's: the next run judges by the latter.
-    const bool here = holder && holder->host == host_name();
+    const bool held_here = holder && holder->host == here.host;
     return {false, fmt::format("not running: the run that holds {} {} ({}; {}); the next run takes it over",
-                               lock_file.string(), here ? "is gone" : "looks gone by this machine's clock",
+                               lock_file.string(), held_here ? "is gone" : "looks gone by this machine's clock",
                                describe(holder), verdict.reason)};
   }
   return {true, fmt::format("running: {}; {}", describe(holder), verdict.reason)};
