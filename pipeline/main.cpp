@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -143,9 +145,16 @@ void add_study(CLI::App& app, shardq::StudyArgs& args) {
   sub->add_option("--seed", args.seed)->check(kWholeNumber);
 }
 
+// Every log line (info, warnings, errors) and the error line main prints go to stderr, in
+// one stream, as Python's logging does: with `#SBATCH -e` a warning lands beside the error
+// it explains. stdout carries only a command's own output (status, verify's table,
+// inspect), which scripts read.
+void log_to_stderr() { spdlog::set_default_logger(spdlog::stderr_color_mt("shardq")); }
+
 } // namespace
 
 int main(int argc, char** argv) {
+  log_to_stderr();
   CLI::App app{"shardq: streaming, resumable re-quantization of huge checkpoints"};
   app.require_subcommand(1);
   shardq::InspectArgs inspect;
