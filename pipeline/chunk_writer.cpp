@@ -1,6 +1,9 @@
 #include "pipeline/chunk_writer.h"
 
+#include <algorithm>
 #include <chrono>
+
+#include "pipeline/test_hooks.h"
 
 namespace shardq {
 namespace {
@@ -29,7 +32,11 @@ uint64_t ChunkBytes::size() const {
 }
 
 ChunkWriter::ChunkWriter(const Plan& plan, OutputFiles& outputs, OnDurable on_durable)
-    : plan_(plan), outputs_(outputs), on_durable_(std::move(on_durable)), thread_([this] { run(); }) {}
+    : plan_(plan),
+      outputs_(outputs),
+      on_durable_(std::move(on_durable)),
+      max_queued_bytes_(test_limit("SHARDQ_TEST_MAX_QUEUED_BYTES", kMaxQueuedBytes)),
+      thread_([this] { run(); }) {}
 
 ChunkWriter::~ChunkWriter() { stop(); }
 
@@ -45,12 +52,14 @@ void ChunkWriter::stop() {
 void ChunkWriter::push(std::vector<ChunkOut>& chunks) {
   for (auto& chunk : chunks) chunk.size = chunk.bytes.size();
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return queued_bytes_ < kMaxQueuedBytes || failure_ || stopping_; });
+  changed_.wait(lock, [&] { return queued_bytes_ < max_queued_bytes_ || failure_ || stopping_; });
   if (failure_) std::rethrow_exception(failure_);
   for (auto& chunk : chunks) {
+    largest_chunk_bytes_ = std::max(largest_chunk_bytes_, chunk.size);
     queued_bytes_ += chunk.size;
     queue_.push_back(std::move(chunk));
   }
+  peak_queued_bytes_ = std::max(peak_queued_bytes_, queued_bytes_);
   chunks.clear();
   changed_.notify_all();
 }
@@ -70,6 +79,16 @@ void ChunkWriter::set_draining(bool draining) {
     draining_ = draining;
   }
   changed_.notify_all();
+}
+
+uint64_t ChunkWriter::peak_queued_bytes() const {
+  std::lock_guard lock(mutex_);
+  return peak_queued_bytes_;
+}
+
+uint64_t ChunkWriter::largest_chunk_bytes() const {
+  std::lock_guard lock(mutex_);
+  return largest_chunk_bytes_;
 }
 
 void ChunkWriter::rethrow_if_failed() {
@@ -113,6 +132,7 @@ void ChunkWriter::run() {
         writes.push_back({size_t(next.result.task), task.chunk_first_row(chunk), task.chunk_rows(chunk), &next.bytes.buffers});
       }
       outputs_.write_chunks(writes);
+      test_write_delay(writes.size());
       if (unsynced.empty()) sync_due = std::chrono::steady_clock::now() + kSyncDelay;
       for (auto& next : taken) {
         unsynced_bytes += next.size;

@@ -57,6 +57,11 @@ class ChunkWriter {
   // Buffers of an already written chunk, to fill again (empty ones when none is free).
   ChunkBytes recycled();
   void rethrow_if_failed();
+  // The most bytes the queue held at once, its limit and the largest chunk queued (for the
+  // run's back-pressure line).
+  uint64_t peak_queued_bytes() const;
+  uint64_t max_queued_bytes() const { return max_queued_bytes_; }
+  uint64_t largest_chunk_bytes() const;
   void stop(); // writes and syncs what is queued, then ends the thread
 
  private:
@@ -69,10 +74,13 @@ class ChunkWriter {
   const Plan& plan_;
   OutputFiles& outputs_;
   OnDurable on_durable_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<ChunkOut> queue_;
+  const uint64_t max_queued_bytes_;
   uint64_t queued_bytes_ = 0;
+  uint64_t peak_queued_bytes_ = 0;
+  uint64_t largest_chunk_bytes_ = 0;
   std::vector<std::pair<ChunkBytes, uint64_t>> free_; // and their sizes
   uint64_t free_bytes_ = 0;
   bool stopping_ = false;

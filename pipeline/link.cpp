@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "pipeline/pipeline_error.h"
@@ -76,6 +77,9 @@ void Link::send(int dest, Tag tag, std::vector<uint8_t> bytes) {
                                     tag == Tag::chunk_data ? "; lower run.rows_per_chunk" : ""));
   }
   pending_bytes_ += bytes.size();
+  peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
+  largest_message_bytes_ = std::max<uint64_t>(largest_message_bytes_, bytes.size());
+  sent_bytes_ += bytes.size();
   pending_.push_back({MPI_REQUEST_NULL, std::move(bytes)});
   auto& send = pending_.back();
   check_mpi(MPI_Isend(send.bytes.data(), int(send.bytes.size()), MPI_BYTE, dest, int(tag), MPI_COMM_WORLD, &send.request),

@@ -135,6 +135,11 @@ class Link {
   void drain();    // wait for every send and matched receive to finish
   bool transferring() const { return !pending_.empty() || !incoming_.empty(); }
   uint64_t unsent_bytes() const { return pending_bytes_; } // of sends not yet complete
+  // The most bytes unsent at once, the largest message and all bytes sent to other ranks
+  // (for the back-pressure line).
+  uint64_t peak_unsent_bytes() const { return peak_pending_bytes_; }
+  uint64_t largest_message_bytes() const { return largest_message_bytes_; }
+  uint64_t sent_bytes() const { return sent_bytes_; }
 
  private:
   struct PendingSend {
@@ -152,6 +157,9 @@ class Link {
   std::deque<Message> inbox_;
   std::list<PendingSend> pending_;
   uint64_t pending_bytes_ = 0;
+  uint64_t peak_pending_bytes_ = 0;
+  uint64_t largest_message_bytes_ = 0;
+  uint64_t sent_bytes_ = 0;
   std::deque<PendingReceive> incoming_; // matched, in match order (deque: stable references)
 };
 

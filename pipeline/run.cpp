@@ -536,6 +536,7 @@ struct RankLoop {
   std::vector<int32_t> renamed_shards{};             // their shards, to report finalized after
   int exit_code = -1;
   std::chrono::steady_clock::time_point next_request{};
+  const uint64_t max_unsent_bytes = test_limit("SHARDQ_TEST_MAX_UNSENT_BYTES", kMaxUnsentBytes);
 
   void handle(const Message& m) {
     switch (m.tag) {
@@ -564,8 +565,8 @@ struct RankLoop {
   }
 
   void request_work() {
-    const auto request = work_to_request(
-        {int32_t(link.rank()), size_t(worker.threads()), worker.load(), worker.queued_bytes(), link.unsent_bytes()});
+    const auto request = work_to_request({int32_t(link.rank()), size_t(worker.threads()), worker.load(),
+                                          worker.queued_bytes(), link.unsent_bytes(), max_unsent_bytes});
     if (!request) return;
     request_pending = true;
     link.send(0, Tag::request, encode(*request));
@@ -612,6 +613,16 @@ struct RankLoop {
     worker.install_factors(set_index, std::move(factors));
   }
 
+  // How close this rank came to its memory limits: what waited to leave it (chunks for
+  // other ranks' shards, factor sets) and what waited for its writer.
+  void log_back_pressure() const {
+    const ChunkWriter& writer = worker.writer();
+    spdlog::debug("back-pressure: peak unsent {} B (limit {} B, largest message {} B, {} B sent), "
+                  "peak write queue {} B (limit {} B, largest chunk {} B)",
+                  link.peak_unsent_bytes(), max_unsent_bytes, link.largest_message_bytes(), link.sent_bytes(),
+                  writer.peak_queued_bytes(), writer.max_queued_bytes(), writer.largest_chunk_bytes());
+  }
+
   int run() {
     while (exit_code < 0) {
       bool busy = false;
@@ -619,7 +630,6 @@ struct RankLoop {
         told_interrupt = true;
         link.send(0, Tag::interrupt, encode(int32_t(link.rank())));
       }
-      if (!told_interrupt && !request_pending && std::chrono::steady_clock::now() >= next_request) request_work();
       while (auto message = link.poll()) {
         handle(*message);
         busy = true;
@@ -629,6 +639,11 @@ struct RankLoop {
         link.send(out->dest, out->tag, std::move(out->bytes));
         busy = true;
       }
+      // After the results are sent, so that the request sees them unsent: results that
+      // piled up while this loop waited on its writer (an owner's full queue) are neither
+      // the worker's items nor unsent bytes until then, and asking before would hold
+      // them on top of a full new set of items.
+      if (!told_interrupt && !request_pending && std::chrono::steady_clock::now() >= next_request) request_work();
       worker.rethrow_if_failed();
       if (coordinator) coordinator->tick();
       link.progress();
@@ -638,6 +653,7 @@ struct RankLoop {
     }
     worker.stop();
     link.drain();
+    log_back_pressure();
     // Rank 0 has told the user the checkpoint is saved and how to resume; each rank's own
     // stop is for the debug log (under mpirun only the first non-zero code reaches the caller).
     if (exit_code == kExitInterrupted) spdlog::debug("stopped for a signal: exit {}", exit_code);

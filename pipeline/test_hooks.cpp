@@ -29,4 +29,14 @@ void test_chunk_delay() {
   if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
 }
 
+void test_write_delay(size_t chunks) {
+  static const char* delay = std::getenv("SHARDQ_TEST_WRITE_DELAY_MS");
+  if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)) * chunks);
+}
+
+uint64_t test_limit(const char* variable, uint64_t limit) {
+  const char* value = std::getenv(variable);
+  return value ? std::strtoull(value, nullptr, 10) : limit;
+}
+
 } // namespace shardq

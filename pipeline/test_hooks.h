@@ -1,6 +1,9 @@
 // Hooks the tests drive through the environment; inert unless the variable is set.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 namespace shardq {
 
 // Fault injection (SHARDQ_CRASH_AT=event:n): the n-th time `event` is passed the process
@@ -11,5 +14,12 @@ void crash_point(const char* event);
 // SHARDQ_TEST_CHUNK_DELAY_MS=n makes every encoded chunk, and every finished chunk that
 // --verify-done re-reads, take n ms longer.
 void test_chunk_delay();
+
+// For tests of back-pressure, which must show a slow writer holding every rank's memory
+// to its limits without a multi-GB run: SHARDQ_TEST_WRITE_DELAY_MS=n makes the writer
+// take n ms longer per chunk it writes, and test_limit returns the value of `variable`
+// (SHARDQ_TEST_MAX_QUEUED_BYTES, SHARDQ_TEST_MAX_UNSENT_BYTES) in place of `limit`.
+void test_write_delay(size_t chunks);
+uint64_t test_limit(const char* variable, uint64_t limit);
 
 } // namespace shardq

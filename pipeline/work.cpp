@@ -61,7 +61,7 @@ void refuse_chunk_messages_past(const std::vector<Task>& tasks, int ranks, bool 
 }
 
 std::optional<WorkRequest> work_to_request(const RankLoad& load) {
-  if (load.unsent_bytes >= kMaxUnsentBytes) return std::nullopt;
+  if (load.unsent_bytes >= load.max_unsent_bytes) return std::nullopt;
   const size_t items_wanted = kItemsPerThread * load.threads;
   if (load.items >= items_wanted && load.queued_bytes >= kQueuedBytes) return std::nullopt;
   return WorkRequest{load.rank, int32_t(items_wanted - std::min(load.items, items_wanted)),

@@ -34,15 +34,6 @@ struct WorkRequest {
   uint64_t bytes = 0;
 };
 
-// What a rank holds when it considers asking for work.
-struct RankLoad {
-  int32_t rank = 0;
-  size_t threads = 1;
-  size_t items = 0;          // items queued, being read, read or computing
-  uint64_t queued_bytes = 0; // source bytes of the items not yet computing
-  uint64_t unsent_bytes = 0; // bytes of messages sent and not yet received (chunks for their owners)
-};
-
 // Work items held per compute thread: the one computing and the next one read (or being
 // read), so disk and compute overlap; a third would only leave one rank working alone at
 // the end.
@@ -55,13 +46,24 @@ inline constexpr uint64_t kQueuedBytes = uint64_t(2) << 20;
 // than the others compute (its writer's queue full: a slow NFS mount) would otherwise let
 // them pile up chunks without bound (~150 MB each for an Engram table at the default
 // rows_per_chunk). What the worker already holds still finishes: the peak is this plus
-// kItemsPerThread chunks per thread. Every message counts: rank 0 sending a layer's factor
+// kItemsPerThread chunks per thread and the chunks of up to kQueuedBytes of source
+// (tests/mpi/test_back_pressure.sh). Every message counts: rank 0 sending a layer's factor
 // sets (hundreds of MB) pauses its own asking too, until they leave.
 inline constexpr uint64_t kMaxUnsentBytes = uint64_t(512) << 20;
 
+// What a rank holds when it considers asking for work.
+struct RankLoad {
+  int32_t rank = 0;
+  size_t threads = 1;
+  size_t items = 0;          // items queued, being read, read or computing
+  uint64_t queued_bytes = 0; // source bytes of the items not yet computing
+  uint64_t unsent_bytes = 0; // bytes of messages sent and not yet received (chunks for their owners)
+  uint64_t max_unsent_bytes = kMaxUnsentBytes;
+};
+
 // The request a rank sends rank 0 now, if any: when its worker holds fewer items than its
 // threads can take, or fewer source bytes than hide a round trip, and its unsent messages
-// are under kMaxUnsentBytes.
+// are under max_unsent_bytes.
 std::optional<WorkRequest> work_to_request(const RankLoad& load);
 
 // A rank as rank 0 knows it (gathered once at start).

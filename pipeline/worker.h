@@ -54,6 +54,7 @@ class Worker {
   int threads() const { return threads_; }
   size_t load() const;          // items queued, being read, read or computing
   uint64_t queued_bytes() const; // source bytes of the items not yet computing
+  const ChunkWriter& writer() const { return *writer_; }
   void install_factors(int set, std::shared_ptr<const LayerFactors> factors);
   // A chunk another rank computed, for a shard this rank writes (reported once durable):
   // the task's output buffers back to back.

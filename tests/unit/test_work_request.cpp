@@ -38,5 +38,11 @@ TEST(WorkRequest, UnsentChunksStopTheAsking) {
   EXPECT_FALSE(work_to_request({1, 2, 0, 0, 10 * kMaxUnsentBytes}));
 }
 
+// The limit is the load's own (tests set a small one to reach it with a small fixture).
+TEST(WorkRequest, TheLoadsOwnUnsentLimitStopsTheAsking) {
+  EXPECT_TRUE(work_to_request({1, 2, 0, 0, 4095, 4096}));
+  EXPECT_FALSE(work_to_request({1, 2, 0, 0, 4096, 4096}));
+}
+
 } // namespace
 } // namespace shardq
