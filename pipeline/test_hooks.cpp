@@ -36,7 +36,8 @@ void test_write_delay(size_t chunks) {
 
 uint64_t test_limit(const char* variable, uint64_t limit) {
   const char* value = std::getenv(variable);
-  return value ? std::strtoull(value, nullptr, 10) : limit;
+  const uint64_t set = value ? std::strtoull(value, nullptr, 10) : 0;
+  return set > 0 ? set : limit; // 0 (or no number) would stop every queue for good
 }
 
 } // namespace shardq

@@ -18,7 +18,8 @@ void test_chunk_delay();
 // For tests of back-pressure, which must show a slow writer holding every rank's memory
 // to its limits without a multi-GB run: SHARDQ_TEST_WRITE_DELAY_MS=n makes the writer
 // take n ms longer per chunk it writes, and test_limit returns the value of `variable`
-// (SHARDQ_TEST_MAX_QUEUED_BYTES, SHARDQ_TEST_MAX_UNSENT_BYTES) in place of `limit`.
+// (SHARDQ_TEST_MAX_QUEUED_BYTES, SHARDQ_TEST_MAX_UNSENT_BYTES) in place of `limit`, when it
+// is a number above 0.
 void test_write_delay(size_t chunks);
 uint64_t test_limit(const char* variable, uint64_t limit);
 
