@@ -2,7 +2,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include "fixture/fixture.h"
 #include "pipeline/commands.h"
 #include "pipeline/job.h"
+#include "pipeline/log_sink.h"
 #ifdef SHARDQ_MIMALLOC
 #include "pipeline/heap/mimalloc_reserve.h"
 #endif
@@ -148,8 +148,8 @@ void add_study(CLI::App& app, shardq::StudyArgs& args) {
 // Every log line (info, warnings, errors) and the error line main prints go to stderr, in
 // one stream, as Python's logging does: with `#SBATCH -e` a warning lands beside the error
 // it explains. stdout carries only a command's own output (status, verify's table,
-// inspect), which scripts read.
-void log_to_stderr() { spdlog::set_default_logger(spdlog::stderr_color_mt("shardq")); }
+// inspect), which scripts read. A progress bar on the same terminal is cleared first.
+void log_to_stderr() { spdlog::set_default_logger(shardq::make_stderr_logger()); }
 
 } // namespace
 

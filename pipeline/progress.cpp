@@ -6,6 +6,8 @@
 
 #include <cstdio>
 
+#include "pipeline/log_sink.h"
+
 namespace shardq {
 
 Progress::Progress(uint64_t total_rows, uint64_t bytes_per_row, int ranks)
@@ -40,6 +42,7 @@ void Progress::maybe_print(const std::string& stage, bool force) {
                  std::string(size_t(filled), '#').c_str(), 100.0 * fraction, stage.c_str(), rate / 1e6, gbps, eta,
                  per_rank.c_str());
     std::fflush(stderr);
+    mark_bar_drawn();
   } else {
     spdlog::info("{}: {}/{} rows ({:.1f}%), {:.3g} rows/s, {:.2f} GB/s, ETA {:.0f}s; rows/s per rank: {}", stage, done,
                  total_rows_, 100.0 * fraction, rate, gbps, eta, per_rank);
@@ -47,7 +50,7 @@ void Progress::maybe_print(const std::string& stage, bool force) {
 }
 
 void Progress::finish() {
-  if (tty_) std::fprintf(stderr, "\n");
+  if (tty_ && unmark_bar_drawn()) std::fprintf(stderr, "\n");
 }
 
 } // namespace shardq
