@@ -17,6 +17,22 @@ export SPARK_IFNAME=$TESTBED_IFNAME
 # Ranks on different hosts talk TCP only: no shared-memory transport to fall back on.
 export OMPI_MCA_btl=self,tcp
 
+# rank_stacks: each running `shardq run` of this test (its binary) and its threads' stacks,
+# for a test that gives up on a run. The test bed's hosts share this machine's process
+# table, so gdb reaches every rank. CI once saw ranks 1-3 hang after a run's end
+# (docs/cluster.md); their stacks say where.
+rank_stacks() {
+  local pid
+  for pid in $(pgrep -f "$SHARDQ_BIN run"); do
+    echo "== pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-120)"
+    if command -v gdb >/dev/null; then
+      timeout 60 gdb -batch -p "$pid" -ex 'thread apply all bt' 2>/dev/null | grep -E '^(Thread|#)' | head -n 120
+    else
+      echo "(no gdb for its stacks)"
+    fi
+  done
+}
+
 cluster_cleanup() {
   testbed_down
   cleanup # resume/lib.sh: processes it started, the work folder

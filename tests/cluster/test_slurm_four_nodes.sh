@@ -32,6 +32,7 @@ wait_for() {
   # Why the job waits (its Reason) and what the nodes say (a drained or completing node holds it back).
   scontrol show job "$job_id" | grep -E 'JobState|BeginTime|NodeList'
   sinfo -N -o '%N %T %E'
+  rank_stacks
   fail "no $what after $seconds s (job $job_id: $(job_state))"
 }
 running() { [ "$(job_state)" = RUNNING ]; }
