@@ -642,8 +642,12 @@ struct RankLoop {
       // After the results are sent, so that the request sees them unsent: results that
       // piled up while this loop waited on its writer (an owner's full queue) are neither
       // the worker's items nor unsent bytes until then, and asking before would hold
-      // them on top of a full new set of items.
-      if (!told_interrupt && !request_pending && std::chrono::steady_clock::now() >= next_request) request_work();
+      // them on top of a full new set of items. Not once rank 0 has said stop (handled
+      // above): it receives nothing more, and a rank must not exit with a send to it
+      // unfinished (Open MPI then hung at the run's end, ranks 1-3 reconnecting to rank 0).
+      if (exit_code < 0 && !told_interrupt && !request_pending && std::chrono::steady_clock::now() >= next_request) {
+        request_work();
+      }
       worker.rethrow_if_failed();
       if (coordinator) coordinator->tick();
       link.progress();
