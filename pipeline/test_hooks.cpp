@@ -24,14 +24,23 @@ void crash_point(const char* event) {
   if (++seen[event] == std::atoi(text.c_str() + colon + 1)) kill(getpid(), SIGKILL);
 }
 
+namespace {
+
+// Sleeps `times` x the milliseconds `delay` holds (the environment variable's value), if set.
+void sleep_for_delay(const char* delay, size_t times) {
+  if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)) * times);
+}
+
+} // namespace
+
 void test_chunk_delay() {
   static const char* delay = std::getenv("SHARDQ_TEST_CHUNK_DELAY_MS");
-  if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)));
+  sleep_for_delay(delay, 1);
 }
 
 void test_write_delay(size_t chunks) {
   static const char* delay = std::getenv("SHARDQ_TEST_WRITE_DELAY_MS");
-  if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(delay)) * chunks);
+  sleep_for_delay(delay, chunks);
 }
 
 uint64_t test_limit(const char* variable, uint64_t limit) {
