@@ -37,6 +37,7 @@ enum class Tag : int {
   cancel,        // 0 -> all: drop in-flight work
   stop,          // 0 -> all: int exit code
   interrupt,     // any -> 0: a stop signal arrived here
+  stopped,       // worker -> 0: int32 rank; its last message (the shutdown handshake)
 };
 
 struct Message {

@@ -535,10 +535,18 @@ struct RankLoop {
   std::set<std::filesystem::path> renamed_folders{}; // renamed shards' folders, not yet fsynced
   std::vector<int32_t> renamed_shards{};             // their shards, to report finalized after
   int exit_code = -1;
+  int stopped_ranks = 0; // rank 0: the other ranks whose last message has come
   std::chrono::steady_clock::time_point next_request{};
   const uint64_t max_unsent_bytes = test_limit("SHARDQ_TEST_MAX_UNSENT_BYTES", kMaxUnsentBytes);
 
   void handle(const Message& m) {
+    // After the stop nothing is answered: a message that crossed it on the wire (an idle
+    // rank's request, say) is received and dropped (rank 0 receives until every rank's
+    // last message, see shut_down).
+    if (exit_code >= 0 && m.tag != Tag::stopped) {
+      spdlog::debug("after the stop: dropped a message (tag {}) from rank {}", int(m.tag), m.source);
+      return;
+    }
     switch (m.tag) {
       case Tag::request: coordinator->on_request(decode<WorkRequest>(m.bytes)); break;
       case Tag::assign: {
@@ -561,6 +569,7 @@ struct RankLoop {
       case Tag::factors: install_factors(m); break;
       case Tag::cancel: worker.cancel(); break;
       case Tag::stop: exit_code = decode<int32_t>(m.bytes); break;
+      case Tag::stopped: ++stopped_ranks; break;
     }
   }
 
@@ -623,6 +632,27 @@ struct RankLoop {
                   writer.peak_queued_bytes(), writer.max_queued_bytes(), writer.largest_chunk_bytes());
   }
 
+  // The shutdown handshake. MPI wants every message received before MPI_Finalize, and a
+  // message can cross rank 0's stop on the wire (an idle rank's request sent just before
+  // the stop reached it): Open MPI then hung at the end, a rank's connection to rank 0
+  // left half used. So each rank's last message to rank 0 says "stopped", and rank 0
+  // receives (and drops) until it has one from every rank: messages between two ranks
+  // arrive in the order they were sent, so nothing sent before it is left behind.
+  void shut_down() {
+    link.drain();
+    if (link.rank() != 0) {
+      if (test_crossing_request()) link.send(0, Tag::request, encode(WorkRequest{int32_t(link.rank())}));
+      link.send(0, Tag::stopped, encode(int32_t(link.rank())));
+    } else {
+      while (stopped_ranks < link.size() - 1) {
+        auto message = link.poll();
+        if (message) handle(*message);
+        else std::this_thread::sleep_for(kTransferSleep);
+      }
+    }
+    link.drain();
+  }
+
   int run() {
     while (exit_code < 0) {
       bool busy = false;
@@ -656,7 +686,7 @@ struct RankLoop {
       else worker.wait_for_result(kIdleWait);
     }
     worker.stop();
-    link.drain();
+    shut_down();
     log_back_pressure();
     // Rank 0 has told the user the checkpoint is saved and how to resume; each rank's own
     // stop is for the debug log (under mpirun only the first non-zero code reaches the caller).

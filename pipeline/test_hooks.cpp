@@ -49,4 +49,9 @@ uint64_t test_limit(const char* variable, uint64_t limit) {
   return set > 0 ? set : limit; // 0 (or no number) would stop every queue for good
 }
 
+bool test_crossing_request() {
+  static const bool crossing = std::getenv("SHARDQ_TEST_CROSSING_REQUEST") != nullptr;
+  return crossing;
+}
+
 } // namespace shardq

@@ -23,4 +23,9 @@ void test_chunk_delay();
 void test_write_delay(size_t chunks);
 uint64_t test_limit(const char* variable, uint64_t limit);
 
+// For the shutdown handshake's test: a message that crosses rank 0's stop on the wire is
+// rare and timing-bound. SHARDQ_TEST_CROSSING_REQUEST=1 makes every rank but 0 send rank 0
+// one more work request once it has handled the stop, which rank 0 sees as such a message.
+bool test_crossing_request();
+
 } // namespace shardq
