@@ -673,8 +673,8 @@ struct RankLoop {
       // piled up while this loop waited on its writer (an owner's full queue) are neither
       // the worker's items nor unsent bytes until then, and asking before would hold
       // them on top of a full new set of items. Not once rank 0 has said stop (handled
-      // above): it receives nothing more, and a rank must not exit with a send to it
-      // unfinished (Open MPI then hung at the run's end, ranks 1-3 reconnecting to rank 0).
+      // above): the loop ends this turn, and rank 0 would only drop the request (it is
+      // received, by the shutdown handshake, so it cannot hang the run's end either).
       if (exit_code < 0 && !told_interrupt && !request_pending && std::chrono::steady_clock::now() >= next_request) {
         request_work();
       }
