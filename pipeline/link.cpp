@@ -26,6 +26,26 @@ void check_whole_records(size_t bytes, size_t record_size, std::string_view what
   }
 }
 
+std::string_view tag_name(Tag tag) {
+  switch (tag) {
+    case Tag::request: return "request";
+    case Tag::assign: return "assign";
+    case Tag::reduce_result: return "reduce_result";
+    case Tag::factor_result: return "factor_result";
+    case Tag::chunk_data: return "chunk_data";
+    case Tag::chunk_done: return "chunk_done";
+    case Tag::dropped: return "dropped";
+    case Tag::finalize: return "finalize";
+    case Tag::finalized: return "finalized";
+    case Tag::factors: return "factors";
+    case Tag::cancel: return "cancel";
+    case Tag::stop: return "stop";
+    case Tag::interrupt: return "interrupt";
+    case Tag::stopped: return "stopped";
+  }
+  return "unknown";
+}
+
 bool launched_by_mpi() {
   for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"}) {
     if (std::getenv(variable)) return true;

@@ -40,6 +40,9 @@ enum class Tag : int {
   stopped,       // worker -> 0: int32 rank; its last message (the shutdown handshake)
 };
 
+// The tag's name as the enum spells it, for log lines.
+std::string_view tag_name(Tag tag);
+
 struct Message {
   int source = 0;
   Tag tag{};

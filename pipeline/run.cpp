@@ -544,7 +544,7 @@ struct RankLoop {
     // rank's request, say) is received and dropped (rank 0 receives until every rank's
     // last message, see shut_down).
     if (exit_code >= 0 && m.tag != Tag::stopped) {
-      spdlog::debug("after the stop: dropped a message (tag {}) from rank {}", int(m.tag), m.source);
+      spdlog::debug("after the stop: dropped a {} message from rank {}", tag_name(m.tag), m.source);
       return;
     }
     switch (m.tag) {

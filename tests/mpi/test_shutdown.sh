@@ -22,7 +22,7 @@ export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo SHARDQ_LOG=debug SHA
 late_requests_dropped() {
   local rank
   for rank in 1 2 3; do
-    grep -q "\[rank 0\] \[debug\] after the stop: dropped a message (tag 1) from rank $rank$" "$1" ||
+    grep -q "\[rank 0\] \[debug\] after the stop: dropped a request message from rank $rank$" "$1" ||
       fail "rank 0 did not receive rank $rank's request sent after the stop ($1)"
   done
 }
