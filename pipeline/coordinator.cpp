@@ -298,7 +298,7 @@ void Coordinator::on_interrupt() {
   if (interrupting_) return;
   interrupting_ = true;
   spdlog::info("stop requested: finishing in-flight work, flushing the checkpoint");
-  link_.send_all(Tag::cancel, encode(int32_t(0)));
+  link_.send_all(Tag::cancel, {});
 }
 
 // Shards are renamed only once every task of the job is encoded and recorded: rows are

@@ -34,10 +34,10 @@ enum class Tag : int {
   finalize,      // 0 -> owner: FinalizeShard + its group scalars
   finalized,     // owner -> 0: int32 shard
   factors,       // 0 -> worker: int32 set + a factor set's Gram and factor matrices
-  cancel,        // 0 -> all: drop in-flight work
+  cancel,        // 0 -> all (no bytes): drop in-flight work
   stop,          // 0 -> all: int exit code
-  interrupt,     // any -> 0: a stop signal arrived here
-  stopped,       // worker -> 0: int32 rank; its last message (the shutdown handshake)
+  interrupt,     // any -> 0 (no bytes): a stop signal arrived here
+  stopped,       // worker -> 0 (no bytes): its last message (the shutdown handshake)
 };
 
 // The tag's name as the enum spells it, for log lines.

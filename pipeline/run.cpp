@@ -642,7 +642,7 @@ struct RankLoop {
     link.drain();
     if (link.rank() != 0) {
       if (test_crossing_request()) link.send(0, Tag::request, encode(WorkRequest{int32_t(link.rank())}));
-      link.send(0, Tag::stopped, encode(int32_t(link.rank())));
+      link.send(0, Tag::stopped, {});
     } else {
       while (stopped_ranks < link.size() - 1) {
         auto message = link.poll();
@@ -658,7 +658,7 @@ struct RankLoop {
       bool busy = false;
       if (stop_requested() && !told_interrupt) {
         told_interrupt = true;
-        link.send(0, Tag::interrupt, encode(int32_t(link.rank())));
+        link.send(0, Tag::interrupt, {});
       }
       while (auto message = link.poll()) {
         handle(*message);
